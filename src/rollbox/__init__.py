@@ -1,0 +1,3 @@
+"""rollbox: isolated, stateful sandboxes for reinforcement learning of code agents."""
+
+__version__ = "0.1.0"

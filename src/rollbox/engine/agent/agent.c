@@ -1,0 +1,490 @@
+/*
+ * rollbox exec agent: the init process of every sandbox.
+ *
+ * The host hands it a listening unix socket (by fd, so the socket never appears inside the
+ * sandbox, or by path where the runtime cannot pass fds). Each connection carries one request:
+ * a ping, or one command to run. Commands are forked from the agent, so they inherit the
+ * sandbox's namespaces, cgroup and seccomp filter; they lose every capability before exec.
+ *
+ * Wire format, both directions: 1 byte type, 4 bytes big-endian length, payload.
+ *   host -> agent  a argv item | e env "K=V" | d cwd | u "uid gid [group...]" | t timeout ms
+ *                  l output cap per stream | i stdin bytes | c close stdin | s signal | x run | P ping
+ *   agent -> host  p pid | o stdout | r stderr | z "exit signal timed_out out_trunc err_trunc" | P pong
+ * Closing the connection before the command ends kills the command's process tree.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_FRAME (64u << 20)
+#define MAX_ITEMS 65536
+#define CHUNK 65536
+#define VERSION "rollbox-agent 1"
+
+extern char **environ;
+
+struct request {
+    char **argv, **envp;
+    size_t argc, envc;
+    char *cwd;
+    char *user;
+    long long timeout_ms;
+    long long out_cap;
+    char *stdin_buf;
+    size_t stdin_len, stdin_off;
+    int stdin_close;
+};
+
+static void die(const char *what) {
+    dprintf(2, "rollbox-agent: %s: %s\n", what, strerror(errno));
+    _exit(111);
+}
+
+static int write_all(int fd, const void *buf, size_t len) {
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) {
+                struct pollfd w = {.fd = fd, .events = POLLOUT};
+                poll(&w, 1, 1000);
+                continue;
+            }
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int send_frame(int fd, char type, const void *data, uint32_t len) {
+    unsigned char hdr[5] = {(unsigned char)type, len >> 24, len >> 16, len >> 8, len};
+    if (write_all(fd, hdr, 5) < 0) return -1;
+    return len ? write_all(fd, data, len) : 0;
+}
+
+static int read_all(int fd, void *buf, size_t len) {
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Reads one frame; returns its type, or -1 on EOF or error. *data is NUL-terminated. */
+static int read_frame(int fd, char **data, uint32_t *len) {
+    unsigned char hdr[5];
+    if (read_all(fd, hdr, 5) < 0) return -1;
+    *len = (uint32_t)hdr[1] << 24 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 8 | hdr[4];
+    if (*len > MAX_FRAME) return -1;
+    *data = malloc(*len + 1);
+    if (!*data) return -1;
+    if (*len && read_all(fd, *data, *len) < 0) {
+        free(*data);
+        return -1;
+    }
+    (*data)[*len] = 0;
+    return hdr[0];
+}
+
+static long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void push(char ***list, size_t *count, char *item) {
+    if (*count + 2 > MAX_ITEMS) return;
+    *list = realloc(*list, (*count + 2) * sizeof(char *));
+    (*list)[(*count)++] = item;
+    (*list)[*count] = NULL;
+}
+
+static void append_stdin(struct request *rq, const char *data, uint32_t len) {
+    rq->stdin_buf = realloc(rq->stdin_buf, rq->stdin_len + len);
+    memcpy(rq->stdin_buf + rq->stdin_len, data, len);
+    rq->stdin_len += len;
+}
+
+/* The command's side of the fork: become the requested user with no capabilities, then exec. */
+static void exec_command(struct request *rq, int in, int out, int err, int report) {
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_UNBLOCK, &all, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setsid();
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (adj >= 0) {
+        write_all(adj, "1000", 4);
+        close(adj);
+    }
+    const char *stage = "cwd";
+    if (rq->cwd && chdir(rq->cwd) < 0) goto fail;
+    stage = "user";
+    if (rq->user) {
+        unsigned uid, gid;
+        int used = 0;
+        if (sscanf(rq->user, "%u %u%n", &uid, &gid, &used) < 2) {
+            errno = EINVAL;
+            goto fail;
+        }
+        gid_t groups[64];
+        int ngroups = 0;
+        char *rest = rq->user + used;
+        unsigned g;
+        int n;
+        while (ngroups < 64 && sscanf(rest, " %u%n", &g, &n) == 1) {
+            groups[ngroups++] = g;
+            rest += n;
+        }
+        if (setgroups((size_t)ngroups, groups) < 0) goto fail;
+        if (setresgid(gid, gid, gid) < 0) goto fail;
+        if (setresuid(uid, uid, uid) < 0) goto fail;
+    }
+    stage = "capabilities";
+    for (int cap = 0; cap <= 63; cap++) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof data);
+    if (syscall(SYS_capset, &hdr, data) < 0) goto fail;
+    stage = "exec";
+    environ = rq->envp ? rq->envp : (char *[]){NULL};
+    execvp(rq->argv[0], rq->argv);
+fail:;
+    int code = errno;
+    int status = (code == ENOENT && strcmp(stage, "exec") == 0) ? 127 : 126;
+    const char *subject = strcmp(stage, "exec") == 0 ? rq->argv[0] : strcmp(stage, "cwd") == 0 ? rq->cwd : stage;
+    char msg[1024];
+    int len = snprintf(msg, sizeof msg, "%03drollbox: %s: %s\n", status, subject, strerror(code));
+    write_all(report, msg, (size_t)(len < (int)sizeof msg ? len : (int)sizeof msg - 1));
+    _exit(status);
+}
+
+static int is_descendant(pid_t pid, pid_t root) {
+    for (int depth = 0; depth < 4096 && pid > 1; depth++) {
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return 0;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0) return 0;
+        buf[n] = 0;
+        char *close_paren = strrchr(buf, ')');
+        int ppid;
+        if (!close_paren || sscanf(close_paren + 2, "%*c %d", &ppid) != 1) return 0;
+        if (ppid == root) return 1;
+        pid = ppid;
+    }
+    return 0;
+}
+
+/* Kills the command's process group and every process that descends from this handler. We are a
+ * child subreaper, so even processes that called setsid() or double-forked still descend from us. */
+static void kill_tree(pid_t pgid) {
+    pid_t self = getpid();
+    kill(-pgid, SIGKILL);
+    for (int round = 0; round < 200; round++) {
+        int found = 0;
+        DIR *proc = opendir("/proc");
+        if (!proc) return;
+        struct dirent *entry;
+        while ((entry = readdir(proc))) {
+            pid_t pid = (pid_t)atoi(entry->d_name);
+            if (pid > 1 && pid != self && is_descendant(pid, self)) {
+                kill(pid, SIGKILL);
+                found = 1;
+            }
+        }
+        closedir(proc);
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+        if (!found) return;
+        usleep(1000);
+    }
+}
+
+struct stream {
+    int fd;
+    char type;
+    long long sent;
+    int truncated;
+};
+
+/* Forwards what is readable on a stream; returns 0 at EOF, 1 otherwise. */
+static int pump(struct stream *s, int conn, long long cap, char *buf) {
+    ssize_t n = read(s->fd, buf, CHUNK);
+    if (n < 0) return (errno == EAGAIN || errno == EINTR) ? 1 : 0;
+    if (n == 0) return 0;
+    long long room = cap - s->sent;
+    long long keep = n < room ? n : room;
+    if (keep < n) s->truncated = 1;
+    if (keep > 0) {
+        send_frame(conn, s->type, buf, (uint32_t)keep);
+        s->sent += keep;
+    }
+    return 1;
+}
+
+static void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+static void run_request(int conn, struct request *rq, int sigfd) {
+    int in[2], out[2], err[2], report[2];
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
+        pipe2(report, O_CLOEXEC))
+        die("pipe");
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    pid_t pid = fork();
+    if (pid < 0) {
+        const char *msg = "rollbox-agent: fork failed (process limit reached?)\n";
+        send_frame(conn, 'r', msg, (uint32_t)strlen(msg));
+        send_frame(conn, 'z', "126 0 0 0 0", 11);
+        return;
+    }
+    if (pid == 0) exec_command(rq, in[0], out[1], err[1], report[1]);
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+    close(report[1]);
+
+    char buf[CHUNK];
+    ssize_t n = read(report[0], buf, sizeof buf - 1);
+    close(report[0]);
+    if (n >= 3) {
+        /* exec never happened: the child reported "NNN" (exit status) and a message. */
+        send_frame(conn, 'r', buf + 3, (uint32_t)(n - 3));
+        waitpid(pid, NULL, 0);
+        char z[32];
+        send_frame(conn, 'z', z, (uint32_t)snprintf(z, sizeof z, "%.3s 0 0 0 0", buf));
+        return;
+    }
+
+    char pidtxt[16];
+    send_frame(conn, 'p', pidtxt, (uint32_t)snprintf(pidtxt, sizeof pidtxt, "%d", pid));
+    set_nonblock(out[0]);
+    set_nonblock(err[0]);
+    set_nonblock(in[1]);
+    struct stream streams[2] = {{out[0], 'o', 0, 0}, {err[0], 'r', 0, 0}};
+    int stdin_fd = in[1];
+    long long deadline = rq->timeout_ms > 0 ? now_ms() + rq->timeout_ms : 0;
+    int status = 0, exited = 0, timed_out = 0, conn_open = 1;
+
+    while (!exited) {
+        if (stdin_fd >= 0 && rq->stdin_off == rq->stdin_len && rq->stdin_close) {
+            close(stdin_fd);
+            stdin_fd = -1;
+        }
+        struct pollfd fds[5] = {
+            {streams[0].fd, POLLIN, 0},
+            {streams[1].fd, POLLIN, 0},
+            {rq->stdin_off < rq->stdin_len ? stdin_fd : -1, POLLOUT, 0},
+            {conn_open ? conn : -1, POLLIN, 0},
+            {sigfd, POLLIN, 0},
+        };
+        int wait = -1;
+        if (deadline) {
+            long long left = deadline - now_ms();
+            wait = left > 0 ? (int)(left < 60000 ? left : 60000) : 0;
+        }
+        int ready = poll(fds, 5, wait);
+        if (ready < 0 && errno != EINTR) die("poll");
+        if (deadline && now_ms() >= deadline) {
+            timed_out = 1;
+            kill_tree(pid);
+            break;
+        }
+        for (int i = 0; i < 2; i++)
+            if (streams[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+                !pump(&streams[i], conn, rq->out_cap, buf)) {
+                close(streams[i].fd);
+                streams[i].fd = -1;
+            }
+        if (fds[2].revents & (POLLOUT | POLLERR | POLLHUP)) {
+            ssize_t w = write(stdin_fd, rq->stdin_buf + rq->stdin_off, rq->stdin_len - rq->stdin_off);
+            if (w > 0) rq->stdin_off += (size_t)w;
+            else if (w < 0 && errno != EAGAIN) rq->stdin_off = rq->stdin_len;
+        }
+        if (fds[3].revents & (POLLIN | POLLHUP | POLLERR)) {
+            char *data;
+            uint32_t len;
+            int type = read_frame(conn, &data, &len);
+            if (type < 0) {
+                /* The host went away: nobody will read the result, so stop the command. */
+                conn_open = 0;
+                kill_tree(pid);
+                break;
+            }
+            if (type == 'i') append_stdin(rq, data, len);
+            else if (type == 'c') rq->stdin_close = 1;
+            else if (type == 's') kill(-pid, atoi(data));
+            free(data);
+        }
+        if (fds[4].revents & POLLIN) {
+            struct signalfd_siginfo info;
+            while (read(sigfd, &info, sizeof info) > 0) {
+            }
+            pid_t done;
+            int st;
+            while ((done = waitpid(-1, &st, WNOHANG)) > 0)
+                if (done == pid) {
+                    status = st;
+                    exited = 1;
+                }
+        }
+    }
+    if (!exited) waitpid(pid, &status, 0);
+    /* Output the command wrote before it ended is already in the pipes: forward it. What
+     * background processes write later is drained and dropped below, so they never see EPIPE. */
+    for (int i = 0; i < 2; i++)
+        while (streams[i].fd >= 0 && pump(&streams[i], conn, rq->out_cap, buf)) {
+            struct pollfd p = {streams[i].fd, POLLIN, 0};
+            if (poll(&p, 1, 0) <= 0) break;
+        }
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    char z[64];
+    int zl = snprintf(z, sizeof z, "%d %d %d %d %d", timed_out ? -1 : code, sig, timed_out,
+                      streams[0].truncated, streams[1].truncated);
+    if (conn_open) send_frame(conn, 'z', z, (uint32_t)zl);
+    close(conn);
+    if (stdin_fd >= 0) close(stdin_fd);
+    for (;;) {
+        struct pollfd fds[2] = {{streams[0].fd, POLLIN, 0}, {streams[1].fd, POLLIN, 0}};
+        if (fds[0].fd < 0 && fds[1].fd < 0) break;
+        if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+        for (int i = 0; i < 2; i++)
+            if (fds[i].revents && read(streams[i].fd, buf, CHUNK) <= 0) {
+                close(streams[i].fd);
+                streams[i].fd = -1;
+            }
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+    }
+}
+
+static void handle(int conn, int sigfd) {
+    struct request rq = {0};
+    rq.out_cap = 1LL << 60;
+    for (;;) {
+        char *data;
+        uint32_t len;
+        int type = read_frame(conn, &data, &len);
+        if (type < 0) return;
+        switch (type) {
+        case 'P':
+            send_frame(conn, 'P', VERSION, sizeof VERSION - 1);
+            free(data);
+            return;
+        case 'a': push(&rq.argv, &rq.argc, data); continue;
+        case 'e': push(&rq.envp, &rq.envc, data); continue;
+        case 'd': rq.cwd = data; continue;
+        case 'u': rq.user = data; continue;
+        case 't': rq.timeout_ms = atoll(data); break;
+        case 'l': rq.out_cap = atoll(data); break;
+        case 'i': append_stdin(&rq, data, len); break;
+        case 'c': rq.stdin_close = 1; break;
+        case 'x':
+            free(data);
+            if (rq.argc == 0) {
+                send_frame(conn, 'r', "rollbox: empty command\n", 23);
+                send_frame(conn, 'z', "126 0 0 0 0", 11);
+                return;
+            }
+            run_request(conn, &rq, sigfd);
+            return;
+        }
+        free(data);
+    }
+}
+
+int main(int argc, char **argv) {
+    int listener = -1;
+    if (argc == 3 && strcmp(argv[1], "--fd") == 0) {
+        listener = atoi(argv[2]);
+    } else if (argc == 3 && strcmp(argv[1], "--path") == 0) {
+        struct sockaddr_un addr = {.sun_family = AF_UNIX};
+        if (strlen(argv[2]) >= sizeof addr.sun_path) {
+            errno = ENAMETOOLONG;
+            die("socket path");
+        }
+        strcpy(addr.sun_path, argv[2]);
+        unlink(argv[2]);
+        listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof addr) < 0 ||
+            listen(listener, 512) < 0)
+            die("listen");
+    } else {
+        dprintf(2, "usage: %s --fd N | --path SOCKET\n", argv[0]);
+        return 2;
+    }
+    fcntl(listener, F_SETFD, FD_CLOEXEC);
+    set_nonblock(listener);
+    for (int fd = 3; fd < 1024; fd++)
+        if (fd != listener) close(fd);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd < 0) die("signalfd");
+
+    for (;;) {
+        struct pollfd fds[2] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}};
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            die("poll");
+        }
+        if (fds[1].revents & POLLIN) {
+            struct signalfd_siginfo info;
+            while (read(sigfd, &info, sizeof info) > 0) {
+            }
+            while (waitpid(-1, NULL, WNOHANG) > 0) {
+            }
+        }
+        if (!(fds[0].revents & POLLIN)) continue;
+        int conn;
+        while ((conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+            pid_t handler = fork();
+            if (handler == 0) {
+                close(listener);
+                handle(conn, sigfd);
+                _exit(0);
+            }
+            if (handler < 0) {
+                const char *msg = "rollbox-agent: fork failed (process limit reached?)\n";
+                send_frame(conn, 'r', msg, (uint32_t)strlen(msg));
+                send_frame(conn, 'z', "126 0 0 0 0", 11);
+            }
+            close(conn);
+        }
+    }
+}

@@ -1,0 +1,180 @@
+"""Talks to a sandbox's exec agent over its unix socket: one connection per command.
+
+The wire format is described at the top of `agent/agent.c`. A blocking client serves the engine's
+own calls; an asyncio twin serves the server, which streams output while the command runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rollbox.errors import SandboxNotRunning
+from rollbox.models import ExecResult
+
+OutputCallback = Callable[[str], None]
+_HEADER = struct.Struct(">cI")
+_CONNECT_TIMEOUT = 5.0
+
+
+@dataclass
+class ExecRequest:
+    argv: Sequence[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    user: tuple[int, int, tuple[int, ...]] | None = None
+    timeout: float | None = None
+    output_cap: int = 1 << 20
+    stdin: bytes | None = None
+
+    def encode(self) -> bytes:
+        frames = [_frame(b"a", arg.encode()) for arg in self.argv]
+        frames += [_frame(b"e", f"{key}={value}".encode()) for key, value in self.env.items()]
+        if self.cwd:
+            frames.append(_frame(b"d", self.cwd.encode()))
+        if self.user:
+            uid, gid, groups = self.user
+            frames.append(_frame(b"u", " ".join(str(n) for n in (uid, gid, *groups)).encode()))
+        if self.timeout:
+            frames.append(_frame(b"t", str(max(1, int(self.timeout * 1000))).encode()))
+        frames.append(_frame(b"l", str(self.output_cap).encode()))
+        if self.stdin:
+            frames.append(_frame(b"i", self.stdin))
+        frames.append(_frame(b"c", b""))
+        frames.append(_frame(b"x", b""))
+        return b"".join(frames)
+
+
+def _frame(kind: bytes, payload: bytes) -> bytes:
+    return _HEADER.pack(kind, len(payload)) + payload
+
+
+class _Collector:
+    """Turns the agent's reply frames into an ExecResult, calling the output callbacks as they come."""
+
+    def __init__(self, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> None:
+        self.out: list[bytes] = []
+        self.err: list[bytes] = []
+        self.callbacks = {b"o": on_stdout, b"r": on_stderr}
+        self.started = time.perf_counter()
+        self.result: ExecResult | None = None
+
+    def feed(self, kind: bytes, payload: bytes) -> None:
+        if kind in (b"o", b"r"):
+            (self.out if kind == b"o" else self.err).append(payload)
+            callback = self.callbacks[kind]
+            if callback:
+                callback(payload.decode(errors="replace"))
+        elif kind == b"z":
+            code, sig, timed_out, out_trunc, err_trunc = (int(x) for x in payload.split())
+            self.result = ExecResult(
+                exit_code=None if timed_out else code,
+                stdout=b"".join(self.out).decode(errors="replace"),
+                stderr=b"".join(self.err).decode(errors="replace"),
+                timed_out=bool(timed_out),
+                signal=sig,
+                stdout_truncated=bool(out_trunc),
+                stderr_truncated=bool(err_trunc),
+                duration_ms=(time.perf_counter() - self.started) * 1000,
+            )
+
+
+def _lost(sandbox_id: str) -> SandboxNotRunning:
+    return SandboxNotRunning(
+        f"sandbox {sandbox_id}: its agent stopped answering (the sandbox was deleted, paused or "
+        "killed); create a new sandbox or reset this one"
+    )
+
+
+class AgentClient:
+    def __init__(self, socket_path: str, sandbox_id: str) -> None:
+        self.socket_path = socket_path
+        self.sandbox_id = sandbox_id
+
+    def _connect(self, timeout: float | None = _CONNECT_TIMEOUT) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise _lost(self.sandbox_id) from None
+        return sock
+
+    def ping(self, timeout: float = 2.0) -> bool:
+        try:
+            sock = self._connect(timeout)
+        except SandboxNotRunning:
+            return False
+        with sock:
+            try:
+                sock.sendall(_frame(b"P", b""))
+                return _recv_exact(sock, 5)[:1] == b"P"
+            except OSError:
+                return False
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while not self.ping():
+            if time.monotonic() > deadline:
+                raise _lost(self.sandbox_id)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    def run(
+        self,
+        request: ExecRequest,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> ExecResult:
+        collector = _Collector(on_stdout, on_stderr)
+        # The agent enforces the command's timeout; the socket only guards against a lost agent.
+        sock = self._connect(None if request.timeout is None else request.timeout + 30)
+        with sock:
+            try:
+                sock.sendall(request.encode())
+                while collector.result is None:
+                    kind, length = _HEADER.unpack(_recv_exact(sock, 5))
+                    collector.feed(kind, _recv_exact(sock, length) if length else b"")
+            except (OSError, EOFError):
+                raise _lost(self.sandbox_id) from None
+        return collector.result
+
+    async def run_async(
+        self,
+        request: ExecRequest,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> ExecResult:
+        collector = _Collector(on_stdout, on_stderr)
+        try:
+            reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
+        except OSError:
+            raise _lost(self.sandbox_id) from None
+        try:
+            writer.write(request.encode())
+            await writer.drain()
+            while collector.result is None:
+                kind, length = _HEADER.unpack(await reader.readexactly(5))
+                collector.feed(kind, await reader.readexactly(length) if length else b"")
+        except (OSError, asyncio.IncompleteReadError):
+            raise _lost(self.sandbox_id) from None
+        finally:
+            writer.close()
+        return collector.result
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)

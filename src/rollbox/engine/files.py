@@ -1,0 +1,332 @@
+"""File operations on a sandbox's root filesystem, done from the host without escaping it.
+
+Every path is resolved by the kernel with openat2(RESOLVE_IN_ROOT): `..`, absolute symlinks and
+relative symlinks all stay inside the sandbox root, and a symlink swapped in during a call cannot
+redirect it, because each operation works on a directory file descriptor resolved once. Only the
+last path component is ever named in a second call, and it never contains a slash.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import io
+import os
+import stat
+import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import PurePosixPath
+
+from rollbox.errors import Conflict, FileNotFound, InvalidPath, InvalidRequest, TooLarge
+from rollbox.models import FileInfo
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_SYS_OPENAT2 = 437
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_IN_ROOT = 0x10
+_MAX_PATH = 4096
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def openat2(dir_fd: int, path: str, flags: int, mode: int = 0, resolve: int = RESOLVE_IN_ROOT) -> int:
+    how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve | RESOLVE_NO_MAGICLINKS)
+    while True:
+        fd = _libc.syscall(_SYS_OPENAT2, dir_fd, path.encode(), ctypes.byref(how), ctypes.sizeof(how))
+        if fd >= 0:
+            return fd
+        code = ctypes.get_errno()
+        if code not in (errno.EINTR, errno.EAGAIN):
+            raise OSError(code, os.strerror(code), path)
+
+
+def _clean(path: str) -> str:
+    """Normalises a sandbox path to a relative one; the kernel still does the real containment."""
+    if not isinstance(path, str) or not path or "\0" in path or len(path) > _MAX_PATH:
+        raise InvalidPath(f"{path!r} is not a valid path: give an absolute or home-relative path")
+    return path
+
+
+def _split(path: str) -> tuple[str, str]:
+    pure = PurePosixPath(path)
+    name = pure.name
+    if name in ("", ".", ".."):
+        raise InvalidPath(f"{path!r} does not name a file")
+    parent = str(pure.parent)
+    return parent, name
+
+
+class SandboxFiles:
+    """Files of one sandbox. Relative paths are taken from `home`; ownership defaults to `uid:gid`."""
+
+    def __init__(self, root: str, home: str, uid: int, gid: int, max_upload: int) -> None:
+        self.root = root
+        self.home = home
+        self.uid = uid
+        self.gid = gid
+        self.max_upload = max_upload
+
+    def _absolute(self, path: str) -> str:
+        path = _clean(path)
+        return path if path.startswith("/") else f"{self.home.rstrip('/')}/{path}"
+
+    @contextmanager
+    def _root_fd(self) -> Iterator[int]:
+        fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def _open(self, path: str, flags: int, mode: int = 0) -> Iterator[int]:
+        with self._root_fd() as root:
+            try:
+                fd = openat2(root, self._absolute(path), flags, mode)
+            except OSError as error:
+                raise _translate(error, path) from None
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def _parent(self, path: str, create: bool = False) -> Iterator[tuple[int, str]]:
+        """The directory holding `path` (opened inside the root) and the last component's name."""
+        parent, name = _split(self._absolute(path))
+        if create:
+            self.mkdir(parent, parents=True)
+        with self._open(parent, os.O_PATH | os.O_DIRECTORY) as fd:
+            yield fd, name
+
+    def read(self, path: str, limit: int | None = None) -> bytes:
+        limit = limit or self.max_upload
+        with self._open(path, os.O_RDONLY) as fd:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise InvalidRequest(f"{path} is a directory: use list or download_dir")
+            if info.st_size > limit:
+                raise TooLarge(f"{path} is {info.st_size} bytes, more than the {limit}-byte limit")
+            chunks, size = [], 0
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"{path} is more than the {limit}-byte limit")
+            return b"".join(chunks)
+
+    def write(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        data = data.encode() if isinstance(data, str) else data
+        if len(data) > self.max_upload:
+            raise TooLarge(f"{len(data)} bytes is more than the {self.max_upload}-byte upload limit")
+        with self._parent(path, create=True) as (parent, name):
+            temp = f".{name}.rollbox-{os.getpid()}-{id(data):x}"
+            try:
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             mode & 0o7777, dir_fd=parent)
+            except OSError as error:
+                raise _translate(error, path) from None
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fchmod(fd, mode & 0o7777)
+                os.fchown(fd, self.uid, self.gid)
+            except OSError as error:
+                os.close(fd)
+                with suppress(OSError):
+                    os.unlink(temp, dir_fd=parent)
+                raise _translate(error, path) from None
+            os.close(fd)
+            try:
+                os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+            except OSError as error:
+                with suppress(OSError):
+                    os.unlink(temp, dir_fd=parent)
+                raise _translate(error, path) from None
+
+    def mkdir(self, path: str, parents: bool = True, mode: int = 0o755) -> None:
+        parts = [p for p in PurePosixPath(self._absolute(path)).parts if p != "/"]
+        with self._root_fd() as root:
+            parent = os.dup(root)
+            try:
+                for index, part in enumerate(parts):
+                    prefix = "/" + "/".join(parts[: index + 1])
+                    try:
+                        current = openat2(root, prefix, os.O_PATH | os.O_DIRECTORY)
+                    except FileNotFoundError:
+                        if not parents and index < len(parts) - 1:
+                            raise FileNotFound(f"{path}: a parent directory does not exist") from None
+                        try:
+                            os.mkdir(part, mode, dir_fd=parent)
+                            os.chown(part, self.uid, self.gid, dir_fd=parent, follow_symlinks=False)
+                        except FileExistsError:
+                            pass
+                        except OSError as error:
+                            raise _translate(error, path) from None
+                        current = openat2(parent, part, os.O_PATH | os.O_DIRECTORY)
+                    except OSError as error:
+                        raise _translate(error, path) from None
+                    os.close(parent)
+                    parent = current
+            finally:
+                os.close(parent)
+
+    def exists(self, path: str) -> bool:
+        try:
+            with self._open(path, os.O_PATH):
+                return True
+        except FileNotFound:
+            return False
+
+    def stat(self, path: str) -> FileInfo:
+        with self._parent(path) as (parent, name):
+            try:
+                info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except OSError as error:
+                raise _translate(error, path) from None
+            target = os.readlink(name, dir_fd=parent) if stat.S_ISLNK(info.st_mode) else None
+        return _info(self._absolute(path), name, info, target)
+
+    def list(self, path: str = ".") -> list[FileInfo]:
+        with self._open(path, os.O_RDONLY | os.O_DIRECTORY) as fd:
+            base = self._absolute(path).rstrip("/")
+            entries = []
+            for name in sorted(os.listdir(fd)):
+                try:
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(info.st_mode) else None
+                entries.append(_info(f"{base}/{name}", name, info, target))
+            return entries
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        with self._parent(path) as (parent, name):
+            try:
+                info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+                if not stat.S_ISDIR(info.st_mode):
+                    os.unlink(name, dir_fd=parent)
+                elif recursive:
+                    _remove_tree_at(parent, name)
+                else:
+                    os.rmdir(name, dir_fd=parent)
+            except OSError as error:
+                raise _translate(error, path) from None
+
+    def upload_tar(self, path: str, archive: bytes) -> int:
+        """Unpacks a tar archive into directory `path`; returns how many entries it wrote."""
+        if len(archive) > self.max_upload:
+            raise TooLarge(f"archive of {len(archive)} bytes is more than the {self.max_upload}-byte limit")
+        base = self._absolute(path).rstrip("/") or "/"
+        self.mkdir(base)
+        count = 0
+        try:
+            tar = tarfile.open(fileobj=io.BytesIO(archive))
+        except tarfile.TarError as error:
+            raise InvalidRequest(f"not a tar archive: {error}") from None
+        with tar:
+            for member in tar:
+                relative = PurePosixPath(member.name.lstrip("/"))
+                if ".." in relative.parts:
+                    raise InvalidPath(f"tar entry {member.name!r} climbs out of its directory")
+                if str(relative) in ("", "."):
+                    continue
+                target = f"{base}/{relative}"
+                if member.isdir():
+                    self.mkdir(target, mode=member.mode & 0o7777 or 0o755)
+                elif member.isfile():
+                    extracted = tar.extractfile(member)
+                    self.write(target, extracted.read() if extracted else b"", mode=member.mode & 0o7777)
+                elif member.issym():
+                    self.symlink(target, member.linkname)
+                else:
+                    raise InvalidRequest(f"tar entry {member.name!r}: only files, directories and symlinks "
+                                         "can be uploaded")
+                count += 1
+        return count
+
+    def symlink(self, path: str, target: str) -> None:
+        """Creates a symlink. Its target is only text: every later call still resolves it inside the root."""
+        with self._parent(path, create=True) as (parent, name):
+            try:
+                os.symlink(target, name, dir_fd=parent)
+                os.chown(name, self.uid, self.gid, dir_fd=parent, follow_symlinks=False)
+            except OSError as error:
+                raise _translate(error, path) from None
+
+    def download_tar(self, path: str) -> bytes:
+        """Packs directory `path` into a tar archive (symlinks are stored as links, never followed)."""
+        buffer = io.BytesIO()
+        total = 0
+        with self._open(path, os.O_RDONLY | os.O_DIRECTORY) as top, tarfile.open(fileobj=buffer, mode="w") as tar:
+            for directory, _subdirs, files, dir_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+                for name in (*_subdirs, *files):
+                    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    member = tarfile.TarInfo(os.path.normpath(f"{directory}/{name}"))
+                    member.mode, member.mtime = info.st_mode & 0o7777, info.st_mtime
+                    if stat.S_ISDIR(info.st_mode):
+                        member.type = tarfile.DIRTYPE
+                        tar.addfile(member)
+                    elif stat.S_ISLNK(info.st_mode):
+                        member.type, member.linkname = tarfile.SYMTYPE, os.readlink(name, dir_fd=dir_fd)
+                        tar.addfile(member)
+                    elif stat.S_ISREG(info.st_mode):
+                        total += info.st_size
+                        if total > self.max_upload:
+                            raise TooLarge(f"{path} holds more than the {self.max_upload}-byte limit")
+                        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+                        with os.fdopen(fd, "rb") as handle:
+                            member.size = info.st_size
+                            tar.addfile(member, handle)
+        return buffer.getvalue()
+
+
+def _remove_tree_at(parent: int, name: str) -> None:
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        for entry in os.listdir(fd):
+            info = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                _remove_tree_at(fd, entry)
+            else:
+                os.unlink(entry, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
+
+
+def _info(path: str, name: str, info: os.stat_result, target: str | None) -> FileInfo:
+    mode = info.st_mode
+    kind = ("dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode)
+            else "symlink" if stat.S_ISLNK(mode) else "other")
+    return FileInfo(path=path, name=name, type=kind, size=info.st_size, mode=stat.S_IMODE(mode),
+                    mtime=info.st_mtime, target=target)
+
+
+def _translate(error: OSError, path: str) -> Exception:
+    code = error.errno
+    if code == errno.ENOENT:
+        return FileNotFound(f"{path}: no such file or directory")
+    if code == errno.ENOTDIR:
+        return FileNotFound(f"{path}: a parent is not a directory")
+    if code == errno.EXDEV:
+        return InvalidPath(f"{path}: resolves outside the sandbox")
+    if code == errno.ELOOP:
+        return InvalidPath(f"{path}: too many symlinks")
+    if code == errno.EISDIR:
+        return InvalidRequest(f"{path} is a directory")
+    if code == errno.EEXIST:
+        return Conflict(f"{path} already exists")
+    if code == errno.ENOTEMPTY:
+        return Conflict(f"{path} is a directory that is not empty: pass recursive=True")
+    if code == errno.ENOSPC:
+        return TooLarge(f"{path}: the sandbox's disk limit is reached")
+    if code == errno.ENAMETOOLONG:
+        return InvalidPath(f"{path}: name too long")
+    return InvalidRequest(f"{path}: {os.strerror(code or 0)}")

@@ -1,0 +1,124 @@
+"""OCI runtimes by name: runc (default), runsc (gVisor), and any runc-compatible CLI (crun, kata).
+
+Each engine gives every runtime its own state root, so two engines on one machine never see each
+other's containers. Containers start detached with stdout and stderr going to a log file: a pipe
+would be held open by the container's init and hang the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollbox.errors import RuntimeUnavailable
+
+AGENT_FD = 3
+
+
+@dataclass
+class Runtime:
+    """A runc-compatible CLI. The agent's listening socket is passed to the container as fd 3."""
+
+    name: str
+    binary: str
+    state_root: Path
+    global_flags: list[str] = field(default_factory=list)
+    passes_fds: bool = True
+    """False where the runtime cannot hand the socket in: the agent then listens on a bound path."""
+
+    def _base(self) -> list[str]:
+        return [self.binary, "--root", str(self.state_root), *self.global_flags]
+
+    def start(self, container_id: str, bundle: Path, listener_fd: int | None, log: Path) -> None:
+        argv = [*self._base(), "--log", str(log.with_suffix(".runtime.log")), *self._run_args(bundle, listener_fd),
+                container_id]
+        actions: list[tuple[Any, ...]] = [
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ]
+        if listener_fd is not None:
+            actions.append((os.POSIX_SPAWN_DUP2, listener_fd, AGENT_FD))
+        pid = os.posix_spawn(self.binary, argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                             file_actions=actions)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            detail = _tail(log) + _tail(log.with_suffix(".runtime.log"))
+            raise RuntimeUnavailable(f"{self.name} could not start sandbox {container_id}: {detail.strip()}")
+
+    def _run_args(self, bundle: Path, listener_fd: int | None) -> list[str]:
+        extra = ["--preserve-fds", "1"] if listener_fd is not None else []
+        return ["run", "--detach", *extra, "--bundle", str(bundle)]
+
+    def run_to_end(self, container_id: str, bundle: Path, log: Path, timeout: float) -> int:
+        """Runs a container in the foreground (a build step) and returns its exit code."""
+        argv = [*self._base(), "run", "--bundle", str(bundle), container_id]
+        with open(log, "ab") as out:
+            try:
+                return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                      timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                self.delete(container_id)
+                return -1
+
+    def delete(self, container_id: str) -> None:
+        subprocess.run([*self._base(), "delete", "--force", container_id], capture_output=True, check=False)
+
+    def state(self, container_id: str) -> dict[str, Any] | None:
+        result = subprocess.run([*self._base(), "state", container_id], capture_output=True, text=True)
+        if result.returncode != 0:
+            return None
+        return json.loads(result.stdout)
+
+    def list(self) -> list[str]:
+        if not self.state_root.exists():
+            return []
+        result = subprocess.run([*self._base(), "list", "--format", "json"], capture_output=True, text=True)
+        if result.returncode != 0 or not result.stdout.strip():
+            return []
+        return [entry["id"] for entry in json.loads(result.stdout) or []]
+
+
+@dataclass
+class Runsc(Runtime):
+    """gVisor. Its Debian build spells flags `-detach` and `-bundle`, and runs on ptrace here."""
+
+    def _run_args(self, bundle: Path, listener_fd: int | None) -> list[str]:
+        return ["run", "-detach", "-bundle", str(bundle)]
+
+    def delete(self, container_id: str) -> None:
+        subprocess.run([*self._base(), "delete", "-force", container_id], capture_output=True, check=False)
+
+    def list(self) -> list[str]:
+        if not self.state_root.exists():
+            return []
+        result = subprocess.run([*self._base(), "list", "-quiet"], capture_output=True, text=True)
+        return result.stdout.split() if result.returncode == 0 else []
+
+
+def make_runtime(name: str, state_dir: Path) -> Runtime:
+    """The runtime called `name`, with its state kept under `state_dir`."""
+    binary = shutil.which(name)
+    if binary is None:
+        raise RuntimeUnavailable(
+            f"runtime {name!r} is not installed: install it (apt-get install {name}) or choose "
+            "'runc' in the template's spec.runtime"
+        )
+    root = state_dir / name
+    root.mkdir(parents=True, exist_ok=True)
+    if name == "runsc":
+        flags = ["--platform=ptrace", "--network=none", "--host-uds=all", "--file-access=shared"]
+        return Runsc(name, binary, root, flags, passes_fds=False)
+    return Runtime(name, binary, root)
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return ""

@@ -1,0 +1,183 @@
+"""The engine's durable record of templates, snapshots and sandboxes (SQLite, one file per node).
+
+A restarted engine reads it to adopt the sandboxes still running and to remove whatever the
+machine holds that the store does not know. Writes are small and committed at once (WAL mode).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS templates (
+    name TEXT PRIMARY KEY, spec TEXT NOT NULL, image TEXT NOT NULL, built_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshots (
+    name TEXT PRIMARY KEY, template TEXT NOT NULL, image TEXT NOT NULL, source TEXT,
+    created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS sandboxes (
+    id TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass
+class Image:
+    """What a sandbox starts from: a built template or a snapshot."""
+
+    layers: list[str]
+    """Read-only layers, top first."""
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    user: str = "user"
+    host_binds: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Image:
+        return cls(**json.loads(text))
+
+
+@dataclass
+class SandboxRecord:
+    id: str
+    template: str
+    runtime: str
+    image: Image
+    """What the sandbox runs over now (grows a layer at each fork or snapshot)."""
+    baseline: Image
+    """What `reset` returns to: the template or snapshot the sandbox was created from."""
+    upper: str
+    generation: int
+    limits: dict[str, Any]
+    env: dict[str, str]
+    uid: int
+    gid: int
+    groups: list[int]
+    home: str
+    created_at: float
+    state: str = "running"
+    expires_at: float | None = None
+    snapshot: str | None = None
+    parent: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def container_id(self) -> str:
+        return f"{self.id}.{self.generation}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> SandboxRecord:
+        data = json.loads(text)
+        data["image"] = Image(**data["image"])
+        data["baseline"] = Image(**data["baseline"])
+        return cls(**data)
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def meta(self, key: str, default: str) -> str:
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+            if row:
+                return row[0]
+            db.execute("INSERT INTO meta VALUES (?, ?)", (key, default))
+            return default
+
+    def put_template(self, name: str, spec: str, image: Image, built_at: float) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO templates VALUES (?, ?, ?, ?)", (name, spec, image.to_json(), built_at))
+
+    def template(self, name: str) -> tuple[str, Image] | None:
+        rows = self._query("SELECT spec, image FROM templates WHERE name=?", name)
+        return (rows[0][0], Image.from_json(rows[0][1])) if rows else None
+
+    def templates(self) -> list[tuple[str, str, Image, float]]:
+        return [(n, s, Image.from_json(i), b) for n, s, i, b in self._query("SELECT * FROM templates ORDER BY name")]
+
+    def delete_template(self, name: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM templates WHERE name=?", (name,))
+
+    def put_snapshot(self, name: str, template: str, image: Image, source: str | None, created_at: float) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?)",
+                       (name, template, image.to_json(), source, created_at))
+
+    def snapshot(self, name: str) -> tuple[str, Image, str | None, float] | None:
+        rows = self._query("SELECT template, image, source, created_at FROM snapshots WHERE name=?", name)
+        if not rows:
+            return None
+        template, image, source, created = rows[0]
+        return template, Image.from_json(image), source, created
+
+    def snapshots(self) -> list[tuple[str, str, Image, str | None, float]]:
+        return [(n, t, Image.from_json(i), s, c) for n, t, i, s, c in
+                self._query("SELECT * FROM snapshots ORDER BY name")]
+
+    def delete_snapshot(self, name: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM snapshots WHERE name=?", (name,))
+
+    def put_sandbox(self, record: SandboxRecord) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO sandboxes VALUES (?, ?)", (record.id, record.to_json()))
+
+    def sandbox(self, sandbox_id: str) -> SandboxRecord | None:
+        rows = self._query("SELECT record FROM sandboxes WHERE id=?", sandbox_id)
+        return SandboxRecord.from_json(rows[0][0]) if rows else None
+
+    def sandboxes(self) -> list[SandboxRecord]:
+        return [SandboxRecord.from_json(r) for (r,) in self._query("SELECT record FROM sandboxes")]
+
+    def delete_sandbox(self, sandbox_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM sandboxes WHERE id=?", (sandbox_id,))
+
+    def referenced_layers(self) -> set[str]:
+        """Every layer some template, snapshot or sandbox still needs (uppers included)."""
+        used: set[str] = set()
+        for _, _, image, _ in self.templates():
+            used.update(image.layers)
+        for _, _, image, _, _ in self.snapshots():
+            used.update(image.layers)
+        for record in self.sandboxes():
+            used.update(record.image.layers)
+            used.add(record.upper)
+        return used
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

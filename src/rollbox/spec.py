@@ -1,0 +1,245 @@
+"""The declarative resources: `SandboxTemplate`, `SandboxWarmPool` and `SandboxClaim`.
+
+They are Kubernetes-shaped (`apiVersion`, `kind`, `metadata.name`, `spec`) so that the same YAML
+reads naturally next to agent-sandbox manifests. Every layer shares these models.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from rollbox.errors import InvalidResource
+
+API_VERSION = "rollbox.dev/v1alpha1"
+
+_BINARY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                 "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T|)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|)\s*$")
+_DURATION_UNITS = {"ms": 0.001, "": 1, "s": 1, "m": 60, "h": 3600}
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+
+
+def parse_bytes(value: Any) -> int:
+    """Turns `512Mi`, `1G` or a plain number into bytes."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 512Mi or 1Gi")
+    if isinstance(value, int | float):
+        return int(value)
+    match = _QUANTITY.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a size: use a number with an optional unit (Ki, Mi, Gi)")
+    return int(float(match.group(1)) * _BINARY_UNITS[match.group(2)])
+
+
+def parse_cpu(value: Any) -> float:
+    """Turns `2`, `0.5` or `500m` (millicores) into cores."""
+    text = str(value).strip()
+    try:
+        cores = float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a CPU amount: use cores (1, 0.5) or millicores (500m)") from None
+    if cores <= 0:
+        raise ValueError("cpu must be positive")
+    return cores
+
+
+def parse_seconds(value: Any) -> float:
+    """Turns `30s`, `5m`, `250ms` or a plain number of seconds into seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a duration: use seconds or a unit (ms, s, m, h)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(gt=0)]
+Cores = Annotated[float, BeforeValidator(parse_cpu)]
+Seconds = Annotated[float, BeforeValidator(parse_seconds), Field(ge=0)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Metadata(Model):
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _dns_name(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError("must be lowercase letters, digits, '-' or '.', at most 63 characters")
+        return name
+
+
+class Limits(Model):
+    """Resource limits of one sandbox. Every field has a safe default."""
+
+    cpu: Cores = 1.0
+    memory: Bytes = 512 * 2**20
+    pids: int = Field(256, gt=0)
+    disk: Bytes = 1 * 2**30
+    output: Bytes = 1 * 2**20
+    lifetime: Seconds | None = None
+    upload: Bytes = 64 * 2**20
+
+
+class CopyStep(Model):
+    src: str
+    """Relative to the template's context directory (the YAML file's directory)."""
+    dest: str
+    owner: str | None = None
+    """User (name or uid[:gid]) owning the copied files; the template's user when not given."""
+
+    @field_validator("dest")
+    @classmethod
+    def _absolute(cls, path: str) -> str:
+        if not path.startswith("/"):
+            raise ValueError("must be an absolute path")
+        return path
+
+
+class Step(Model):
+    """One build step; exactly one of its fields is set."""
+
+    run: str | None = None
+    copy_: CopyStep | None = Field(None, alias="copy")
+    env: dict[str, str] | None = None
+    workdir: str | None = None
+    user: str | None = None
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute(cls, path: str | None) -> str | None:
+        if path is not None and not path.startswith("/"):
+            raise ValueError("must be an absolute path")
+        return path
+
+    def model_post_init(self, _: Any) -> None:
+        given = [name for name in ("run", "copy_", "env", "workdir", "user") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("a step has exactly one of: run, copy, env, workdir, user")
+
+    @property
+    def kind(self) -> str:
+        return next(name for name in ("run", "copy_", "env", "workdir", "user")
+                    if getattr(self, name) is not None).rstrip("_")
+
+
+class Network(Model):
+    """Network policy. `none` gives a loopback-only network namespace."""
+
+    mode: Literal["none"] = "none"
+
+
+class TemplateSpec(Model):
+    base: str = "host"
+    steps: list[Step] = Field(default_factory=list)
+    runtime: str = "runc"
+    limits: Limits = Field(default_factory=Limits)
+    network: Network = Field(default_factory=Network)
+    user: str = "user"
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+
+    @field_validator("base")
+    @classmethod
+    def _known_base(cls, base: str) -> str:
+        if base == "host" or base.split(":", 1)[0] in ("debian", "oci", "oci-archive", "docker-archive"):
+            return base
+        raise ValueError("base must be 'host', 'debian:<suite>', 'oci:<dir>[:tag]', "
+                         "'oci-archive:<file>' or 'docker-archive:<file>'")
+
+
+class SandboxTemplate(Model):
+    api_version: str = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["SandboxTemplate"] = "SandboxTemplate"
+    metadata: Metadata
+    spec: TemplateSpec = Field(default_factory=TemplateSpec)
+    context_dir: str | None = Field(None, exclude=True)
+    """Where `copy` sources are read from: the directory of the YAML file, unless given."""
+
+
+class TemplateRef(Model):
+    name: str
+
+
+class WarmPoolSpec(Model):
+    replicas: int = Field(ge=0)
+    max_replicas: int | None = Field(None, alias="maxReplicas", ge=0)
+    sandbox_template_ref: TemplateRef = Field(alias="sandboxTemplateRef")
+    refill_concurrency: int = Field(2, alias="refillConcurrency", ge=1)
+
+
+class SandboxWarmPool(Model):
+    api_version: str = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["SandboxWarmPool"] = "SandboxWarmPool"
+    metadata: Metadata
+    spec: WarmPoolSpec
+
+
+class ClaimSpec(Model):
+    template: str | None = None
+    warmpool: str | None = None
+    snapshot: str | None = None
+    shutdown_after: Seconds | None = Field(None, alias="shutdownAfter")
+    idle_pause_after: Seconds | None = Field(None, alias="idlePauseAfter")
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+Resource = SandboxTemplate | SandboxWarmPool
+_KINDS: dict[str, type[Model]] = {"SandboxTemplate": SandboxTemplate, "SandboxWarmPool": SandboxWarmPool}
+
+
+def parse_resource(document: dict[str, Any], context_dir: str | None = None) -> Resource:
+    """Validates one YAML document; errors name the field and what is wrong with it."""
+    if not isinstance(document, dict):
+        raise InvalidResource("a resource must be a mapping with apiVersion, kind, metadata and spec")
+    kind = document.get("kind")
+    model = _KINDS.get(str(kind))
+    if model is None:
+        raise InvalidResource(f"kind: {kind!r} is not one of {', '.join(_KINDS)}")
+    try:
+        resource = model.model_validate(document)
+    except ValidationError as error:
+        name = (document.get("metadata") or {}).get("name", "?") if isinstance(document.get("metadata"), dict) else "?"
+        raise InvalidResource(_describe(f"{kind} {name}", error)) from None
+    if isinstance(resource, SandboxTemplate) and resource.context_dir is None:
+        resource.context_dir = context_dir
+    return resource  # type: ignore[return-value]
+
+
+def load_resources(text: str, context_dir: str | None = None) -> list[Resource]:
+    """Parses a multi-document YAML string into resources."""
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as error:
+        raise InvalidResource(f"not valid YAML: {error}") from None
+    return [parse_resource(doc, context_dir) for doc in documents]
+
+
+def load_file(path: str | Path) -> list[Resource]:
+    path = Path(path)
+    return load_resources(path.read_text(), context_dir=str(path.parent.resolve()))
+
+
+def _describe(subject: str, error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(document)"
+        lines.append(f"{field}: {item['msg']}")
+    return f"{subject}: " + "; ".join(lines)
+
+
+def dump(resources: Iterable[Resource]) -> str:
+    return yaml.safe_dump_all([r.model_dump(by_alias=True, exclude_none=True) for r in resources],
+                              sort_keys=False)
