@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what rollbox needs on a Debian machine, once: OCI runtimes (runc, gVisor's runsc), image
+# tools, a C compiler for the exec agent, and a virtualenv with rollbox in it. Fast when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "rollbox starts containers and mounts filesystems: run this as root (sudo $0)" >&2
+  exit 1
+fi
+
+packages=(runc runsc umoci skopeo debootstrap gcc libc6-dev iproute2 busybox-static)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+stamp=".venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "creating .venv"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e '.[dev]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi
