@@ -159,7 +159,7 @@ class Engine:
             mounts.mount_overlay(rootfs, lowers, upper, work)
         run = self.run_dir / record.id
         run.mkdir(exist_ok=True, mode=0o700)
-        binds = [Bind(str(self.agent), AGENT_PATH)]
+        binds = [Bind(str(self.agent), AGENT_PATH), *runtime.binds(rootfs)]
         if record.image.host_binds:
             binds += host_binds()
         if runtime.passes_fds:

@@ -475,8 +475,13 @@ int main(int argc, char **argv) {
         while ((conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
             pid_t handler = fork();
             if (handler == 0) {
+                /* A signalfd reports the signals of the process that created it (under gVisor
+                 * too), so each handler makes its own to hear about its command's exit. */
                 close(listener);
-                handle(conn, sigfd);
+                close(sigfd);
+                int own = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+                if (own < 0) die("signalfd");
+                handle(conn, own);
                 _exit(0);
             }
             if (handler < 0) {
