@@ -147,6 +147,8 @@ static void exec_command(struct request *rq, int in, int out, int err, int repor
     }
     const char *stage = "cwd";
     if (rq->cwd && chdir(rq->cwd) < 0) goto fail;
+    /* Empty the bounding set while CAP_SETPCAP is still effective (setresuid clears it). */
+    for (int cap = 0; cap <= 63; cap++) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
     stage = "user";
     if (rq->user) {
         unsigned uid, gid;
@@ -169,7 +171,6 @@ static void exec_command(struct request *rq, int in, int out, int err, int repor
         if (setresuid(uid, uid, uid) < 0) goto fail;
     }
     stage = "capabilities";
-    for (int cap = 0; cap <= 63; cap++) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
     struct __user_cap_data_struct data[2];

@@ -1,0 +1,103 @@
+"""Exec through the agent: shell strings and argv, stdin, env, cwd, user, timeouts, caps, streaming."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from rollbox.engine import Sandbox
+from rollbox.errors import InvalidRequest
+
+
+def test_shell_and_argv(sandbox: Sandbox) -> None:
+    result = sandbox.exec("echo out; echo err >&2; exit 7")
+    assert (result.exit_code, result.stdout, result.stderr) == (7, "out\n", "err\n")
+    assert sandbox.exec(["printf", "%s|", "a b", "c"]).stdout == "a b|c|"
+
+
+def test_default_identity_and_environment(sandbox: Sandbox) -> None:
+    result = sandbox.exec("id -u; id -g; pwd; echo $HOME; hostname; echo $TZ")
+    assert result.stdout.split() == ["1000", "1000", "/home/user", "/home/user", "sandbox", "UTC"]
+
+
+def test_stdin_env_cwd_user(sandbox: Sandbox) -> None:
+    assert sandbox.exec("tr a-z A-Z", stdin="hello").stdout == "HELLO"
+    assert sandbox.exec("echo $GREETING", env={"GREETING": "hi"}).stdout == "hi\n"
+    assert sandbox.exec("pwd", cwd="/tmp").stdout == "/tmp\n"
+    assert sandbox.exec("id -u", user="root").stdout == "0\n"
+
+
+def test_large_stdin_and_output(sandbox: Sandbox) -> None:
+    data = "x" * 3_000_000
+    result = sandbox.exec("wc -c", stdin=data, output_limit=10_000_000)
+    assert result.stdout.strip() == str(len(data))
+    result = sandbox.exec("cat", stdin=data, output_limit=10_000_000)
+    assert len(result.stdout) == len(data)
+
+
+def test_commands_have_no_capabilities_even_as_root(sandbox: Sandbox) -> None:
+    for user in (None, "root"):
+        status = sandbox.exec("grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status", user=user).stdout
+        assert all(line.split()[1] == "0000000000000000" for line in status.splitlines()), status
+        assert "NoNewPrivs:\t1" in sandbox.exec("cat /proc/self/status", user=user).stdout
+
+
+def test_missing_command_and_cwd(sandbox: Sandbox) -> None:
+    result = sandbox.exec(["no-such-command"])
+    assert result.exit_code == 127 and "no-such-command" in result.stderr
+    result = sandbox.exec(["true"], cwd="/no/such/dir")
+    assert result.exit_code == 126 and "/no/such/dir" in result.stderr
+    with pytest.raises(InvalidRequest):
+        sandbox.exec([])
+
+
+def test_timeout_kills_the_whole_tree_and_keeps_output(sandbox: Sandbox) -> None:
+    started = time.monotonic()
+    result = sandbox.exec("echo before; (setsid sleep 300 &); sleep 300 & sleep 300", timeout=1)
+    assert result.timed_out and result.exit_code is None
+    assert result.stdout == "before\n"
+    assert time.monotonic() - started < 5
+    assert sandbox.exec("pgrep -x sleep || echo none").stdout.strip() == "none"
+
+
+def test_output_cap_sets_truncated(sandbox: Sandbox) -> None:
+    result = sandbox.exec("head -c 100000 /dev/zero | tr '\\0' a; echo tail >&2", output_limit=1000)
+    assert len(result.stdout) == 1000 and result.stdout_truncated
+    assert result.stderr == "tail\n" and not result.stderr_truncated
+
+
+def test_output_streams_as_produced(sandbox: Sandbox) -> None:
+    seen: list[tuple[float, str]] = []
+    started = time.monotonic()
+    sandbox.exec("echo one; sleep 1; echo two", on_stdout=lambda text: seen.append((time.monotonic(), text)))
+    assert "".join(text for _, text in seen) == "one\ntwo\n"
+    assert seen[0][0] - started < 0.8, "the first line must arrive before the command ends"
+
+
+def test_background_process_lives_between_commands(sandbox: Sandbox) -> None:
+    start = sandbox.exec("python3 -m http.server 8000 --bind 127.0.0.1 >/tmp/server.log 2>&1 & echo started")
+    assert start.stdout == "started\n"
+    fetch = ("python3 -c \"import urllib.request,time\n"
+             "for _ in range(100):\n"
+             "  try: print(urllib.request.urlopen('http://127.0.0.1:8000/').status); break\n"
+             "  except OSError: time.sleep(0.05)\"")
+    assert sandbox.exec(fetch, timeout=20).stdout.strip() == "200"
+
+
+def test_background_writer_does_not_block_or_die(sandbox: Sandbox) -> None:
+    result = sandbox.exec("(while true; do echo tick; sleep 0.1; done) & echo launched", timeout=5)
+    assert result.exit_code == 0 and result.stdout.startswith("launched")
+    time.sleep(0.5)
+    assert sandbox.exec("pgrep -f 'echo tick' >/dev/null || pgrep -x sh >/dev/null && echo alive").stdout == "alive\n"
+
+
+def test_concurrent_execs(sandbox: Sandbox) -> None:
+    async def many() -> list[str]:
+        results = await asyncio.gather(*(sandbox.exec_async(f"sleep 0.2; echo {n}") for n in range(20)))
+        return [r.stdout.strip() for r in results]
+
+    started = time.monotonic()
+    assert sorted(asyncio.run(many()), key=int) == [str(n) for n in range(20)]
+    assert time.monotonic() - started < 3
