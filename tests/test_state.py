@@ -1,0 +1,109 @@
+"""State operations: reset, fork, snapshot, pause/resume, lifetime."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rollbox.engine import Engine, Sandbox
+from rollbox.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning, SnapshotNotFound
+from rollbox.spec import Limits
+
+
+def test_reset_returns_to_the_template_baseline(sandbox: Sandbox) -> None:
+    sandbox.exec("echo dirty > /opt/data/file; rm -rf /home/user; touch /tmp/new; sleep 300 &")
+    sandbox.reset()
+    result = sandbox.exec("cat /opt/data/file; ls -d /home/user; ls /tmp; pgrep sleep || echo no-sleep")
+    assert result.stdout == "baseline\n/home/user\nno-sleep\n"
+
+
+def test_fork_children_start_from_parent_files_and_are_isolated(engine: Engine, sandbox: Sandbox) -> None:
+    sandbox.exec("echo parent-state > state.txt; head -c 1048576 /dev/urandom > blob")
+    checksum = sandbox.exec("md5sum blob").stdout
+    children = sandbox.fork(3)
+    try:
+        assert len({child.id for child in children} | {sandbox.id}) == 4
+        for index, child in enumerate(children):
+            assert child.exec("cat state.txt; md5sum blob").stdout == "parent-state\n" + checksum
+            child.exec(f"echo child-{index} > state.txt")
+        assert sandbox.exec("cat state.txt").stdout == "parent-state\n"
+        assert [c.exec("cat state.txt").stdout for c in children] == [f"child-{i}\n" for i in range(3)]
+        sandbox.exec("echo parent-later > later.txt")
+        assert all(not c.files.exists("later.txt") for c in children)
+        assert children[0].info.parent == sandbox.id
+        children[0].reset()
+        assert children[0].exec("cat state.txt 2>&1; cat /opt/data/file").stdout.endswith("baseline\n")
+        assert "No such file" in children[0].exec("cat state.txt").stderr
+    finally:
+        for child in children:
+            child.delete()
+
+
+def test_repeated_forks_stack_layers_and_clean_up(engine: Engine, sandbox: Sandbox) -> None:
+    for generation in range(5):
+        sandbox.exec(f"echo {generation} > gen{generation}")
+        (child,) = sandbox.fork(1)
+        assert child.exec("cat gen*").stdout.split() == [str(n) for n in range(generation + 1)]
+        child.delete()
+    before = {layer for layer in engine.layers.all_ids() if layer.startswith("u-")}
+    sandbox.delete()
+    after = {layer for layer in engine.layers.all_ids() if layer.startswith("u-")}
+    assert len(before - after) >= 6, "the frozen uppers of a deleted sandbox must go with it"
+
+
+def test_fork_count_is_bounded(sandbox: Sandbox) -> None:
+    with pytest.raises(InvalidRequest):
+        sandbox.fork(0)
+
+
+def test_snapshot_is_a_start_point_for_new_sandboxes(engine: Engine, sandbox: Sandbox) -> None:
+    sandbox.exec("echo saved > note.txt")
+    info = sandbox.snapshot("after-note")
+    assert info.source == sandbox.id
+    sandbox.exec("echo after > note.txt")
+    with engine.create(snapshot="after-note") as restored:
+        assert restored.exec("cat note.txt").stdout == "saved\n"
+        restored.exec("echo changed > note.txt")
+        restored.reset()
+        assert restored.exec("cat note.txt").stdout == "saved\n", "reset goes back to the snapshot"
+        engine.delete_snapshot("after-note")
+        assert restored.exec("cat note.txt").stdout == "saved\n", "layers outlive the snapshot's name"
+    with pytest.raises(SnapshotNotFound):
+        engine.create(snapshot="after-note")
+
+
+def test_pause_stops_cpu_and_keeps_state(engine: Engine, sandbox: Sandbox) -> None:
+    sandbox.exec("echo kept > kept.txt; (while :; do :; done) &")
+    sandbox.pause()
+    try:
+        used = sandbox.stats().cpu_seconds
+        time.sleep(0.5)
+        assert sandbox.stats().cpu_seconds - used < 0.01
+        assert sandbox.info.state == "paused"
+        with pytest.raises(SandboxNotRunning):
+            sandbox.exec("true")
+    finally:
+        sandbox.resume()
+    assert sandbox.exec("cat kept.txt").stdout == "kept\n"
+    time.sleep(0.3)
+    assert sandbox.stats().cpu_seconds - used > 0.05, "the busy loop runs again after resume"
+
+
+def test_lifetime_deletes_the_sandbox(engine: Engine) -> None:
+    box = engine.create("basic", limits=Limits(lifetime=1))
+    assert box.exec("true").exit_code == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            box.info  # noqa: B018
+        except SandboxNotFound:
+            return
+        time.sleep(0.2)
+    pytest.fail("the sandbox outlived its lifetime")
+
+
+def test_stats(sandbox: Sandbox) -> None:
+    sandbox.exec("head -c 5000000 /dev/zero > zeros")
+    stats = sandbox.stats()
+    assert stats.disk_bytes >= 5_000_000 and stats.memory_bytes > 0 and stats.pids >= 1
