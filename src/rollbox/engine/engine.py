@@ -167,9 +167,10 @@ class Engine:
         else:
             binds.append(Bind(str(run), AGENT_SOCKET_DIR, readonly=False))
             args = [AGENT_PATH, "--path", f"{AGENT_SOCKET_DIR}/agent.sock"]
+        limits = Limits(**record.limits)
         spec = container_spec(ContainerConfig(
-            args=args, cgroups_path=self.cgroups.path_for(record.container_id), limits=Limits(**record.limits),
-            binds=binds))
+            args=args, cgroups_path=self.cgroups.path_for(record.container_id), limits=limits, binds=binds,
+            disk_in_memory=limits.disk))
         (bundle / "config.json").write_text(json.dumps(spec))
         socket_path = run / "agent.sock"
         with contextlib.suppress(FileNotFoundError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,16 +46,24 @@ def mount(source: str, target: str | Path, fstype: str | None, flags: int = 0, d
     )
 
 
-def umount(target: str | Path, lazy: bool = False) -> None:
-    """Unmounts `target`; a path that is not mounted is fine."""
-    if _libc.umount2(str(target).encode(), MNT_DETACH if lazy else 0) < 0:
+def umount(target: str | Path, lazy: bool = False, busy_wait: float = 2.0) -> None:
+    """Unmounts `target`; a path that is not mounted is fine.
+
+    A busy mount (processes of a just-killed container still exiting) is retried for `busy_wait`
+    seconds before it is detached lazily: a lazily detached overlay keeps its upper in use, and
+    an upper must be free before fork or snapshot turns it into a lower.
+    """
+    deadline = time.monotonic() + busy_wait
+    while _libc.umount2(str(target).encode(), MNT_DETACH if lazy else 0) < 0:
         code = ctypes.get_errno()
         if code in (errno.EINVAL, errno.ENOENT):
             return
-        if code == errno.EBUSY and not lazy:
-            umount(target, lazy=True)
-            return
-        raise OSError(code, f"umount {target}: {os.strerror(code)}")
+        if code != errno.EBUSY or lazy:
+            raise OSError(code, f"umount {target}: {os.strerror(code)}")
+        if time.monotonic() > deadline:
+            lazy = True
+        else:
+            time.sleep(0.005)
 
 
 def mount_tmpfs(target: str | Path, size: int, mode: int = 0o755, inodes: int | None = None) -> None:

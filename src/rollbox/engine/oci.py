@@ -54,6 +54,9 @@ class ContainerConfig:
     hostname: str = "sandbox"
     build: bool = False
     """A template build step: root with a moderate capability set and the host's network."""
+    disk_in_memory: int = 0
+    """Bytes of the sandbox's disk that live in RAM (a tmpfs upper): its pages are charged to the
+    sandbox's memory cgroup, so the limit grows by that much and a full disk never starves processes."""
 
 
 def container_spec(config: ContainerConfig) -> dict[str, Any]:
@@ -109,7 +112,8 @@ def container_spec(config: ContainerConfig) -> dict[str, Any]:
             "cgroupsPath": config.cgroups_path,
             "resources": {
                 "devices": devices,
-                "memory": {"limit": limits.memory, "swap": limits.memory},
+                "memory": {"limit": limits.memory + config.disk_in_memory,
+                           "swap": limits.memory + config.disk_in_memory},
                 "cpu": {"quota": int(limits.cpu * period), "period": period},
                 "pids": {"limit": limits.pids},
             },
