@@ -1,3 +1,16 @@
 """rollbox: isolated, stateful sandboxes for reinforcement learning of code agents."""
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+_SDK = ("SandboxClient", "AsyncSandboxClient")
+
+
+def __getattr__(name: str) -> Any:
+    """`from rollbox import SandboxClient` loads the SDK only when asked, so the engine never pulls in httpx."""
+    if name in _SDK:
+        from rollbox import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'rollbox' has no attribute {name!r}")

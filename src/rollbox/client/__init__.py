@@ -1,0 +1,29 @@
+"""The SDK: claim sandboxes from a rollbox router and drive them, blocking or with asyncio.
+
+```python
+client = SandboxClient("http://127.0.0.1:8080", token="...")
+with client.create_sandbox(template="py-bugfix", warmpool="py-bugfix-pool") as sandbox:
+    result = sandbox.commands.run("python -m pytest -q", timeout=30)
+```
+"""
+
+from rollbox.client._http import ConnectionFailed
+from rollbox.client.aio import AsyncSandbox, AsyncSandboxClient
+from rollbox.client.models import ApplyEvent, SandboxInfo, TemplateInfo, WarmPoolInfo
+from rollbox.client.sync import Sandbox, SandboxClient
+from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+
+__all__ = [
+    "ApplyEvent",
+    "AsyncSandbox",
+    "AsyncSandboxClient",
+    "ConnectionFailed",
+    "ExecResult",
+    "FileInfo",
+    "Sandbox",
+    "SandboxClient",
+    "SandboxInfo",
+    "SnapshotInfo",
+    "TemplateInfo",
+    "WarmPoolInfo",
+]

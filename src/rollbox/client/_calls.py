@@ -1,0 +1,390 @@
+"""Every API call described once, as data: what to send and how to read the answer.
+
+The sync and async clients differ only in how they move bytes, so both follow docs/api.md from
+this one place.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypedDict, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from rollbox import errors, spec
+from rollbox.client import _archive
+from rollbox.client._http import error_from, raise_for_error
+from rollbox.client.models import (
+    ApplyEvent,
+    ApplyRequest,
+    ArchiveResult,
+    CreateRequest,
+    ExecEvent,
+    ExecRequest,
+    ForkRequest,
+    Health,
+    SandboxInfo,
+    SnapshotRequest,
+    TemplateInfo,
+    WarmPoolInfo,
+)
+from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+Parse = Callable[[httpx.Response], T]
+OutputCallback = Callable[[str], None]
+ProgressCallback = Callable[[ApplyEvent], None]
+Command = str | Sequence[str]
+"""A shell string (run under /bin/sh -c) or an argv list."""
+Source = str | os.PathLike[str]
+"""A YAML file's path, or YAML text (anything with a newline in it)."""
+
+JSON = {"content-type": "application/json"}
+_BINARY = {"content-type": "application/octet-stream"}
+
+
+class ClaimOptions(TypedDict, total=False):
+    """What `create_sandbox` accepts: a warm pool, a template or a snapshot to start from, and the claim's policy."""
+
+    template: str | None
+    warmpool: str | None
+    snapshot: str | None
+    shutdown_after: float | str | None
+    """Seconds (or `10m`, `1h`) until the sandbox is deleted."""
+    idle_pause_after: float | str | None
+    """Seconds without calls after which the sandbox is paused."""
+    env: dict[str, str] | None
+    labels: dict[str, str] | None
+
+
+class ExecOptions(TypedDict, total=False):
+    """What `commands.run` accepts besides the command."""
+
+    timeout: float | None
+    """Seconds before the command's process group is killed; the result then has `timed_out`."""
+    env: dict[str, str] | None
+    cwd: str | None
+    user: str | None
+    stdin: str | None
+    output_limit: int | None
+    """Bytes of stdout and of stderr kept (the template's limit by default)."""
+    on_stdout: OutputCallback | None
+    """Called with each piece of stdout as it is produced (the call then streams)."""
+    on_stderr: OutputCallback | None
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request whose answer comes whole."""
+
+    method: str
+    path: str
+    parse: Parse[T]
+    params: dict[str, str] | None = None
+    body: str | bytes | None = None
+    headers: dict[str, str] | None = None
+    idempotent: bool = False
+    """Safe to send again after a connection error or a 503."""
+    wait: float | None = 0.0
+    """Seconds the server may spend working beyond the client's timeout; None: no limit."""
+
+
+class Reader(Protocol[T_co]):
+    def feed(self, line: str) -> T_co | None:
+        """Takes one NDJSON line; returns the call's result once it is complete."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCall(Generic[T]):
+    """One request whose answer is NDJSON, read line by line as it arrives. Never retried."""
+
+    method: str
+    path: str
+    reader: Reader[T]
+    body: str
+    wait: float | None = None
+
+    def ended_early(self) -> errors.RollboxError:
+        return errors.NodeUnavailable(f"{self.method} {self.path}: the answer stopped before it was complete; "
+                                      "the server or the sandbox's node went away")
+
+
+def _json(adapter: TypeAdapter[T]) -> Parse[T]:
+    def parse(response: httpx.Response) -> T:
+        return adapter.validate_json(raise_for_error(response).content)
+
+    return parse
+
+
+def _none(response: httpx.Response) -> None:
+    raise_for_error(response)
+
+
+def _content(response: httpx.Response) -> bytes:
+    return raise_for_error(response).content
+
+
+def _exists(response: httpx.Response) -> bool:
+    if response.status_code == 404:
+        error = error_from(response)
+        if isinstance(error, errors.FileNotFound):
+            return False
+        raise error
+    raise_for_error(response)
+    return True
+
+
+_HEALTH = _json(TypeAdapter(Health))
+_SANDBOX = _json(TypeAdapter(SandboxInfo))
+_SANDBOXES = _json(TypeAdapter(list[SandboxInfo]))
+_TEMPLATE = _json(TypeAdapter(TemplateInfo))
+_TEMPLATES = _json(TypeAdapter(list[TemplateInfo]))
+_WARMPOOL = _json(TypeAdapter(WarmPoolInfo))
+_WARMPOOLS = _json(TypeAdapter(list[WarmPoolInfo]))
+_SNAPSHOT = _json(TypeAdapter(SnapshotInfo))
+_SNAPSHOTS = _json(TypeAdapter(list[SnapshotInfo]))
+_EXEC = _json(TypeAdapter(ExecResult))
+_FILE = _json(TypeAdapter(FileInfo))
+_FILES = _json(TypeAdapter(list[FileInfo]))
+_ARCHIVE = _json(TypeAdapter(ArchiveResult))
+
+
+def _dump(body: BaseModel) -> str:
+    return body.model_dump_json(exclude_none=True)
+
+
+def _name(name: str) -> str:
+    """One path segment: an id or a name can never reach another route."""
+    return quote(name, safe="")
+
+
+def _get(path: str, parse: Parse[T], params: dict[str, str] | None = None) -> Call[T]:
+    return Call("GET", path, parse, params=params, idempotent=True)
+
+
+def _delete(path: str, params: dict[str, str] | None = None) -> Call[None]:
+    return Call("DELETE", path, _none, params=params, idempotent=True)
+
+
+def _post(path: str, parse: Parse[T], body: BaseModel | None = None) -> Call[T]:
+    if body is None:
+        return Call("POST", path, parse)
+    return Call("POST", path, parse, body=_dump(body), headers=JSON)
+
+
+# -- operations and resources ------------------------------------------------------------------
+
+
+def health() -> Call[Health]:
+    return _get("/healthz", _HEALTH)
+
+
+def list_templates() -> Call[list[TemplateInfo]]:
+    return _get("/v1/templates", _TEMPLATES)
+
+
+def get_template(name: str) -> Call[TemplateInfo]:
+    return _get(f"/v1/templates/{_name(name)}", _TEMPLATE)
+
+
+def delete_template(name: str) -> Call[None]:
+    return _delete(f"/v1/templates/{_name(name)}")
+
+
+def list_warmpools() -> Call[list[WarmPoolInfo]]:
+    return _get("/v1/warmpools", _WARMPOOLS)
+
+
+def get_warmpool(name: str) -> Call[WarmPoolInfo]:
+    return _get(f"/v1/warmpools/{_name(name)}", _WARMPOOL)
+
+
+def delete_warmpool(name: str) -> Call[None]:
+    return _delete(f"/v1/warmpools/{_name(name)}")
+
+
+def list_snapshots() -> Call[list[SnapshotInfo]]:
+    return _get("/v1/snapshots", _SNAPSHOTS)
+
+
+def delete_snapshot(name: str) -> Call[None]:
+    return _delete(f"/v1/snapshots/{_name(name)}")
+
+
+def apply(source: Source, on_progress: ProgressCallback | None) -> StreamCall[list[ApplyEvent]]:
+    """Validates the resources here, so a typo fails before anything is sent."""
+    resources, context_dir = _load(source)
+    documents = [resource.model_dump(mode="json", by_alias=True, exclude_unset=True) for resource in resources]
+    body = ApplyRequest(documents=documents, context_dir=context_dir)
+    return StreamCall("POST", "/v1/apply", ApplyReader(on_progress), _dump(body))
+
+
+def _load(source: Source) -> tuple[list[spec.Resource], str]:
+    if isinstance(source, str) and "\n" in source:
+        where, context_dir = "the YAML", os.getcwd()
+        resources = spec.load_resources(source, context_dir)
+    else:
+        path = Path(source)
+        where, context_dir = str(path), str(path.parent.resolve())
+        try:
+            resources = spec.load_file(path)
+        except OSError as error:
+            message = f"cannot read {path}: {error.strerror}: give a YAML file or YAML text"
+            raise errors.InvalidRequest(message) from None
+    if not resources:
+        raise errors.InvalidResource(f"{where} holds no resources: give a SandboxTemplate or a SandboxWarmPool")
+    return resources, context_dir
+
+
+class ApplyReader:
+    """Reports progress as it comes; raises the first error once the server is done with the rest."""
+
+    def __init__(self, on_progress: ProgressCallback | None) -> None:
+        self.on_progress = on_progress
+        self.applied: list[ApplyEvent] = []
+        self.failed: list[ApplyEvent] = []
+
+    def feed(self, line: str) -> list[ApplyEvent] | None:
+        event = ApplyEvent.model_validate_json(line)
+        if event.event == "done":
+            if self.failed:
+                raise self._error()
+            return self.applied
+        if self.on_progress:
+            self.on_progress(event)
+        if event.event == "applied":
+            self.applied.append(event)
+        elif event.event == "error":
+            self.failed.append(event)
+        return None
+
+    def _error(self) -> errors.RollboxError:
+        messages = [f"{e.kind} {e.name}: {e.message}" if e.name else str(e.message) for e in self.failed]
+        return errors.from_code(self.failed[0].code or "internal", "; ".join(messages))
+
+
+# -- sandboxes ----------------------------------------------------------------------------------
+
+
+def _sandbox(sandbox_id: str, tail: str = "") -> str:
+    return f"/v1/sandboxes/{_name(sandbox_id)}{tail}"
+
+
+def create_sandbox(options: ClaimOptions) -> Call[SandboxInfo]:
+    return _post("/v1/sandboxes", _SANDBOX, CreateRequest(**options))
+
+
+def list_sandboxes() -> Call[list[SandboxInfo]]:
+    return _get("/v1/sandboxes", _SANDBOXES)
+
+
+def get_sandbox(sandbox_id: str) -> Call[SandboxInfo]:
+    return _get(_sandbox(sandbox_id), _SANDBOX)
+
+
+def delete_sandbox(sandbox_id: str) -> Call[None]:
+    return _delete(_sandbox(sandbox_id))
+
+
+def reset(sandbox_id: str) -> Call[SandboxInfo]:
+    return _post(_sandbox(sandbox_id, "/reset"), _SANDBOX)
+
+
+def fork(sandbox_id: str, count: int) -> Call[list[SandboxInfo]]:
+    return _post(_sandbox(sandbox_id, "/fork"), _SANDBOXES, ForkRequest(count=count))
+
+
+def snapshot(sandbox_id: str, name: str) -> Call[SnapshotInfo]:
+    return _post(_sandbox(sandbox_id, "/snapshot"), _SNAPSHOT, SnapshotRequest(name=name))
+
+
+def pause(sandbox_id: str) -> Call[SandboxInfo]:
+    return _post(_sandbox(sandbox_id, "/pause"), _SANDBOX)
+
+
+def resume(sandbox_id: str) -> Call[SandboxInfo]:
+    return _post(_sandbox(sandbox_id, "/resume"), _SANDBOX)
+
+
+def exec_command(sandbox_id: str, command: Command, *, on_stdout: OutputCallback | None = None,
+                 on_stderr: OutputCallback | None = None, **options: Any) -> Call[ExecResult] | StreamCall[ExecResult]:
+    """A plain call, or a streamed one when the caller wants output as it is produced."""
+    request = ExecRequest(command=command if isinstance(command, str) else list(command), **options)
+    body = _dump(request)
+    if on_stdout or on_stderr:
+        return StreamCall("POST", _sandbox(sandbox_id, "/exec/stream"), ExecReader(on_stdout, on_stderr), body,
+                          wait=request.timeout)
+    return Call("POST", _sandbox(sandbox_id, "/exec"), _EXEC, body=body, headers=JSON, wait=request.timeout)
+
+
+class ExecReader:
+    def __init__(self, on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> None:
+        self.on_stdout = on_stdout
+        self.on_stderr = on_stderr
+
+    def feed(self, line: str) -> ExecResult | None:
+        event = ExecEvent.model_validate_json(line)
+        if event.type == "result":
+            if event.result is None:
+                raise errors.RollboxError("the exec stream ended with an empty result: the server is out of step")
+            return event.result
+        if event.type == "error":
+            raise errors.from_code(event.code or "internal", event.message or "the command failed on the server")
+        callback = self.on_stdout if event.type == "stdout" else self.on_stderr
+        if callback:
+            callback(event.data)
+        return None
+
+
+# -- files --------------------------------------------------------------------------------------
+
+
+def read_file(sandbox_id: str, path: str) -> Call[bytes]:
+    return _get(_sandbox(sandbox_id, "/files"), _content, {"path": path})
+
+
+def write_file(sandbox_id: str, path: str, data: str | bytes, mode: int | None) -> Call[None]:
+    params = {"path": path} if mode is None else {"path": path, "mode": str(mode)}
+    return Call("PUT", _sandbox(sandbox_id, "/files"), _none, params=params, body=data, headers=_BINARY,
+                idempotent=True)
+
+
+def remove_file(sandbox_id: str, path: str, recursive: bool) -> Call[None]:
+    return _delete(_sandbox(sandbox_id, "/files"), {"path": path, "recursive": "true" if recursive else "false"})
+
+
+def list_files(sandbox_id: str, path: str) -> Call[list[FileInfo]]:
+    return _get(_sandbox(sandbox_id, "/files/list"), _FILES, {"path": path})
+
+
+def stat_file(sandbox_id: str, path: str) -> Call[FileInfo]:
+    return _get(_sandbox(sandbox_id, "/files/stat"), _FILE, {"path": path})
+
+
+def file_exists(sandbox_id: str, path: str) -> Call[bool]:
+    return _get(_sandbox(sandbox_id, "/files/stat"), _exists, {"path": path})
+
+
+def mkdir(sandbox_id: str, path: str) -> Call[None]:
+    return Call("POST", _sandbox(sandbox_id, "/files/mkdir"), _none, params={"path": path})
+
+
+def upload_dir(sandbox_id: str, local_dir: str | os.PathLike[str], remote_dir: str) -> Call[int]:
+    def parse(response: httpx.Response) -> int:
+        return _ARCHIVE(response).entries
+
+    return Call("PUT", _sandbox(sandbox_id, "/files/archive"), parse, params={"path": remote_dir},
+                body=_archive.pack(local_dir), headers=_BINARY, idempotent=True)
+
+
+def download_dir(sandbox_id: str, remote_dir: str, local_dir: str | os.PathLike[str]) -> Call[None]:
+    def parse(response: httpx.Response) -> None:
+        _archive.unpack(_content(response), local_dir)
+
+    return _get(_sandbox(sandbox_id, "/files/archive"), parse, {"path": remote_dir})

@@ -1,0 +1,77 @@
+"""What the sync and async clients share about HTTP: settings, error decoding, retry policy."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+from pydantic import ValidationError
+
+from rollbox import __version__, errors
+from rollbox.client.models import ErrorBody
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_TIMEOUT = 60.0
+RETRY_DELAYS = (0.1, 0.4, 1.6)
+"""Seconds to wait before each retry of an idempotent call that hit a connection error or a 503."""
+
+_BY_STATUS: dict[int, type[errors.RollboxError]] = {
+    400: errors.InvalidRequest, 401: errors.Unauthorized, 404: errors.NotFound, 409: errors.Conflict,
+    413: errors.TooLarge, 422: errors.InvalidRequest, 429: errors.CapacityExceeded,
+    502: errors.NodeUnavailable, 503: errors.NodeUnavailable, 504: errors.NodeUnavailable,
+}
+"""The error class for answers that carry no error body of ours (a proxy's 502, a framework's 422)."""
+
+
+class ConnectionFailed(errors.RollboxError):
+    """The router could not be reached, or stopped answering mid-call."""
+
+    code = "connection_failed"
+    status = 503
+
+
+class Settings:
+    """Where the router is and how to talk to it; both clients hold one."""
+
+    def __init__(self, base_url: str | None, token: str | None, timeout: float) -> None:
+        self.base_url = (base_url or os.environ.get("ROLLBOX_URL") or DEFAULT_URL).rstrip("/")
+        token = token if token is not None else os.environ.get("ROLLBOX_TOKEN")
+        self.headers = {"user-agent": f"rollbox-client/{__version__}"}
+        if token:
+            self.headers["authorization"] = f"Bearer {token}"
+        self.seconds = timeout
+        self.timeout = httpx.Timeout(timeout)
+
+    def timeout_for(self, wait: float | None) -> httpx.Timeout:
+        """The client timeout, stretched by `wait` seconds the server may spend working (None: no limit)."""
+        if wait == 0:
+            return self.timeout
+        return httpx.Timeout(self.seconds, read=None if wait is None else self.seconds + wait)
+
+
+def raise_for_error(response: httpx.Response) -> httpx.Response:
+    if response.is_success:
+        return response
+    raise error_from(response)
+
+
+def error_from(response: httpx.Response) -> errors.RollboxError:
+    """Rebuilds the typed error the server sent; falls back on the status for bodies that are not ours."""
+    try:
+        body = ErrorBody.model_validate_json(response.content)
+    except ValidationError:
+        text = response.text.strip()[:500] or response.reason_phrase
+        request = response.request
+        error_class = _BY_STATUS.get(response.status_code, errors.RollboxError)
+        return error_class(f"{request.method} {request.url.path} answered {response.status_code}: {text}")
+    return errors.from_code(body.error.code, body.error.message)
+
+
+def connection_failed(base_url: str, method: str, path: str, error: httpx.TransportError) -> ConnectionFailed:
+    if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
+        return ConnectionFailed(f"cannot reach the rollbox server at {base_url} ({error}): start it with "
+                                "`rollbox serve`, or point ROLLBOX_URL (--url) at the one that runs")
+    if isinstance(error, httpx.TimeoutException):
+        return ConnectionFailed(f"{method} {path}: the server at {base_url} did not answer in time: "
+                                "raise the client's timeout, or check the server's load")
+    return ConnectionFailed(f"{method} {path} to {base_url} failed: {error or type(error).__name__}")

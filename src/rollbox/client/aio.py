@@ -1,0 +1,245 @@
+"""The asyncio SDK: `sync.py` with `await`. One `AsyncSandboxClient` per event loop; it pools connections."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import TypeVar, Unpack
+
+import httpx
+
+from rollbox import errors
+from rollbox.client import _calls as calls
+from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed, error_from
+from rollbox.client.models import ApplyEvent, Health, SandboxInfo, TemplateInfo, WarmPoolInfo
+from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+
+T = TypeVar("T")
+
+
+class AsyncSandboxClient:
+    """Talks to a rollbox router (`rollbox serve`). URL and token default to ROLLBOX_URL and ROLLBOX_TOKEN."""
+
+    def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
+                 max_connections: int = 256) -> None:
+        self._settings = Settings(base_url, token, timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self._settings.base_url, headers=self._settings.headers, timeout=self._settings.timeout,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.base_url
+
+    def __repr__(self) -> str:
+        return f"AsyncSandboxClient({self.base_url!r})"
+
+    # -- sandboxes ---------------------------------------------------------------------------
+
+    async def create_sandbox(self, **claim: Unpack[calls.ClaimOptions]) -> AsyncSandbox:
+        """Claims a sandbox: a warm one from `warmpool` if it has one, else a new one from `template` or `snapshot`."""
+        return AsyncSandbox(self, await self._send(calls.create_sandbox(claim)))
+
+    async def get_sandbox(self, sandbox_id: str) -> AsyncSandbox:
+        return AsyncSandbox(self, await self._send(calls.get_sandbox(sandbox_id)))
+
+    async def list_sandboxes(self) -> list[AsyncSandbox]:
+        return [AsyncSandbox(self, info) for info in await self._send(calls.list_sandboxes())]
+
+    async def delete_sandbox(self, sandbox_id: str) -> None:
+        await self._send(calls.delete_sandbox(sandbox_id))
+
+    # -- resources ---------------------------------------------------------------------------
+
+    async def apply(self, source: calls.Source, on_progress: calls.ProgressCallback | None = None) -> list[ApplyEvent]:
+        """Creates or updates the templates and warm pools of a YAML file (or text); returns once all are ready."""
+        return await self._send(calls.apply(source, on_progress))
+
+    async def list_templates(self) -> list[TemplateInfo]:
+        return await self._send(calls.list_templates())
+
+    async def get_template(self, name: str) -> TemplateInfo:
+        return await self._send(calls.get_template(name))
+
+    async def delete_template(self, name: str) -> None:
+        await self._send(calls.delete_template(name))
+
+    async def list_warmpools(self) -> list[WarmPoolInfo]:
+        return await self._send(calls.list_warmpools())
+
+    async def get_warmpool(self, name: str) -> WarmPoolInfo:
+        return await self._send(calls.get_warmpool(name))
+
+    async def delete_warmpool(self, name: str) -> None:
+        await self._send(calls.delete_warmpool(name))
+
+    async def list_snapshots(self) -> list[SnapshotInfo]:
+        return await self._send(calls.list_snapshots())
+
+    async def delete_snapshot(self, name: str) -> None:
+        await self._send(calls.delete_snapshot(name))
+
+    async def health(self) -> Health:
+        return await self._send(calls.health())
+
+    # -- transport ---------------------------------------------------------------------------
+
+    async def _send(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
+        if isinstance(call, calls.StreamCall):
+            return await self._stream(call)
+        for delay in RETRY_DELAYS if call.idempotent else ():
+            try:
+                response = await self._request(call)
+            except httpx.TransportError:
+                pass
+            else:
+                if response.status_code != 503:
+                    return call.parse(response)
+            await asyncio.sleep(delay)
+        try:
+            response = await self._request(call)
+        except httpx.TransportError as error:
+            raise connection_failed(self.base_url, call.method, call.path, error) from error
+        return call.parse(response)
+
+    async def _request(self, call: calls.Call[T]) -> httpx.Response:
+        return await self._http.request(call.method, call.path, params=call.params, content=call.body,
+                                        headers=call.headers, timeout=self._settings.timeout_for(call.wait))
+
+    async def _stream(self, call: calls.StreamCall[T]) -> T:
+        try:
+            async with self._http.stream(call.method, call.path, content=call.body, headers=calls.JSON,
+                                   timeout=self._settings.timeout_for(call.wait)) as response:
+                if not response.is_success:
+                    await response.aread()
+                    raise error_from(response)
+                async for line in response.aiter_lines():
+                    if line and (result := call.reader.feed(line)) is not None:
+                        return result
+        except httpx.TransportError as error:
+            raise connection_failed(self.base_url, call.method, call.path, error) from error
+        raise call.ended_early()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncSandboxClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+
+class AsyncSandbox:
+    """A claimed sandbox. Holding one costs nothing; each method is one HTTP call."""
+
+    def __init__(self, client: AsyncSandboxClient, info: SandboxInfo) -> None:
+        self._client = client
+        self.info = info
+        """What the router last said about this sandbox; `refresh()` asks again."""
+        self.commands = AsyncCommands(client, info.id)
+        self.files = AsyncFiles(client, info.id)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox({self.id!r}, template={self.info.template!r}, state={self.info.state!r})"
+
+    async def run(self, command: calls.Command, **options: Unpack[calls.ExecOptions]) -> ExecResult:
+        """Same as `commands.run`."""
+        return await self.commands.run(command, **options)
+
+    run_command = run
+
+    async def refresh(self) -> AsyncSandbox:
+        self.info = await self._client._send(calls.get_sandbox(self.id))
+        return self
+
+    async def reset(self) -> AsyncSandbox:
+        """Back to the template's baseline: a fresh warm sandbox under the same id."""
+        self.info = await self._client._send(calls.reset(self.id))
+        return self
+
+    async def fork(self, count: int) -> list[AsyncSandbox]:
+        """`count` new sandboxes, each starting from this one's current state (which it keeps)."""
+        return [AsyncSandbox(self._client, info) for info in await self._client._send(calls.fork(self.id, count))]
+
+    async def snapshot(self, name: str) -> SnapshotInfo:
+        """Freezes the current state under `name`; `create_sandbox(snapshot=name)` starts from it."""
+        return await self._client._send(calls.snapshot(self.id, name))
+
+    async def pause(self) -> AsyncSandbox:
+        self.info = await self._client._send(calls.pause(self.id))
+        return self
+
+    async def resume(self) -> AsyncSandbox:
+        self.info = await self._client._send(calls.resume(self.id))
+        return self
+
+    async def delete(self) -> None:
+        await self._client._send(calls.delete_sandbox(self.id))
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        with contextlib.suppress(errors.SandboxNotFound):  # deleted inside the block, or expired
+            await self.delete()
+
+
+class AsyncCommands:
+    def __init__(self, client: AsyncSandboxClient, sandbox_id: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    async def run(self, command: calls.Command, **options: Unpack[calls.ExecOptions]) -> ExecResult:
+        """Runs a shell string (under /bin/sh -c) or an argv list and returns when it ends or times out.
+
+        With `on_stdout`/`on_stderr` the output is streamed to them as it is produced.
+        """
+        return await self._client._send(calls.exec_command(self._sandbox_id, command, **options))
+
+
+class AsyncFiles:
+    """Files inside the sandbox. Relative paths start at the sandbox user's home; no path leaves the sandbox."""
+
+    def __init__(self, client: AsyncSandboxClient, sandbox_id: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    async def read(self, path: str) -> bytes:
+        return await self._client._send(calls.read_file(self._sandbox_id, path))
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read(path)).decode(encoding)
+
+    async def write(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
+        """Creates or replaces a file (and its missing parent directories)."""
+        await self._client._send(calls.write_file(self._sandbox_id, path, data, mode))
+
+    async def list(self, path: str = ".") -> list[FileInfo]:
+        return await self._client._send(calls.list_files(self._sandbox_id, path))
+
+    async def stat(self, path: str) -> FileInfo:
+        return await self._client._send(calls.stat_file(self._sandbox_id, path))
+
+    async def exists(self, path: str) -> bool:
+        return await self._client._send(calls.file_exists(self._sandbox_id, path))
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await self._client._send(calls.remove_file(self._sandbox_id, path, recursive))
+
+    async def mkdir(self, path: str) -> None:
+        await self._client._send(calls.mkdir(self._sandbox_id, path))
+
+    async def upload_dir(self, local_dir: str | os.PathLike[str], remote_dir: str) -> int:
+        """Copies a local directory's contents into `remote_dir` in one request; returns how many entries landed."""
+        return await self._client._send(calls.upload_dir(self._sandbox_id, local_dir, remote_dir))
+
+    async def download_dir(self, remote_dir: str, local_dir: str | os.PathLike[str]) -> None:
+        """Copies `remote_dir`'s contents into `local_dir` (created if missing) in one request."""
+        await self._client._send(calls.download_dir(self._sandbox_id, remote_dir, local_dir))

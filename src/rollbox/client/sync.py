@@ -1,0 +1,245 @@
+"""The blocking SDK. One `SandboxClient` per process is enough: it is thread-safe and pools connections."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import TypeVar, Unpack
+
+import httpx
+
+from rollbox import errors
+from rollbox.client import _calls as calls
+from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed, error_from
+from rollbox.client.models import ApplyEvent, Health, SandboxInfo, TemplateInfo, WarmPoolInfo
+from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+
+T = TypeVar("T")
+
+
+class SandboxClient:
+    """Talks to a rollbox router (`rollbox serve`). URL and token default to ROLLBOX_URL and ROLLBOX_TOKEN."""
+
+    def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
+                 max_connections: int = 256) -> None:
+        self._settings = Settings(base_url, token, timeout)
+        self._http = httpx.Client(
+            base_url=self._settings.base_url, headers=self._settings.headers, timeout=self._settings.timeout,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.base_url
+
+    def __repr__(self) -> str:
+        return f"SandboxClient({self.base_url!r})"
+
+    # -- sandboxes ---------------------------------------------------------------------------
+
+    def create_sandbox(self, **claim: Unpack[calls.ClaimOptions]) -> Sandbox:
+        """Claims a sandbox: a warm one from `warmpool` if it has one, else a new one from `template` or `snapshot`."""
+        return Sandbox(self, self._send(calls.create_sandbox(claim)))
+
+    def get_sandbox(self, sandbox_id: str) -> Sandbox:
+        return Sandbox(self, self._send(calls.get_sandbox(sandbox_id)))
+
+    def list_sandboxes(self) -> list[Sandbox]:
+        return [Sandbox(self, info) for info in self._send(calls.list_sandboxes())]
+
+    def delete_sandbox(self, sandbox_id: str) -> None:
+        self._send(calls.delete_sandbox(sandbox_id))
+
+    # -- resources ---------------------------------------------------------------------------
+
+    def apply(self, source: calls.Source, on_progress: calls.ProgressCallback | None = None) -> list[ApplyEvent]:
+        """Creates or updates the templates and warm pools of a YAML file (or text); returns once all are ready."""
+        return self._send(calls.apply(source, on_progress))
+
+    def list_templates(self) -> list[TemplateInfo]:
+        return self._send(calls.list_templates())
+
+    def get_template(self, name: str) -> TemplateInfo:
+        return self._send(calls.get_template(name))
+
+    def delete_template(self, name: str) -> None:
+        self._send(calls.delete_template(name))
+
+    def list_warmpools(self) -> list[WarmPoolInfo]:
+        return self._send(calls.list_warmpools())
+
+    def get_warmpool(self, name: str) -> WarmPoolInfo:
+        return self._send(calls.get_warmpool(name))
+
+    def delete_warmpool(self, name: str) -> None:
+        self._send(calls.delete_warmpool(name))
+
+    def list_snapshots(self) -> list[SnapshotInfo]:
+        return self._send(calls.list_snapshots())
+
+    def delete_snapshot(self, name: str) -> None:
+        self._send(calls.delete_snapshot(name))
+
+    def health(self) -> Health:
+        return self._send(calls.health())
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _send(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
+        if isinstance(call, calls.StreamCall):
+            return self._stream(call)
+        for delay in RETRY_DELAYS if call.idempotent else ():
+            try:
+                response = self._request(call)
+            except httpx.TransportError:
+                pass
+            else:
+                if response.status_code != 503:
+                    return call.parse(response)
+            time.sleep(delay)
+        try:
+            response = self._request(call)
+        except httpx.TransportError as error:
+            raise connection_failed(self.base_url, call.method, call.path, error) from error
+        return call.parse(response)
+
+    def _request(self, call: calls.Call[T]) -> httpx.Response:
+        return self._http.request(call.method, call.path, params=call.params, content=call.body,
+                                  headers=call.headers, timeout=self._settings.timeout_for(call.wait))
+
+    def _stream(self, call: calls.StreamCall[T]) -> T:
+        try:
+            with self._http.stream(call.method, call.path, content=call.body, headers=calls.JSON,
+                                   timeout=self._settings.timeout_for(call.wait)) as response:
+                if not response.is_success:
+                    response.read()
+                    raise error_from(response)
+                for line in response.iter_lines():
+                    if line and (result := call.reader.feed(line)) is not None:
+                        return result
+        except httpx.TransportError as error:
+            raise connection_failed(self.base_url, call.method, call.path, error) from error
+        raise call.ended_early()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> SandboxClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class Sandbox:
+    """A claimed sandbox. Holding one costs nothing; each method is one HTTP call."""
+
+    def __init__(self, client: SandboxClient, info: SandboxInfo) -> None:
+        self._client = client
+        self.info = info
+        """What the router last said about this sandbox; `refresh()` asks again."""
+        self.commands = Commands(client, info.id)
+        self.files = Files(client, info.id)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.id!r}, template={self.info.template!r}, state={self.info.state!r})"
+
+    def run(self, command: calls.Command, **options: Unpack[calls.ExecOptions]) -> ExecResult:
+        """Same as `commands.run`."""
+        return self.commands.run(command, **options)
+
+    run_command = run
+
+    def refresh(self) -> Sandbox:
+        self.info = self._client._send(calls.get_sandbox(self.id))
+        return self
+
+    def reset(self) -> Sandbox:
+        """Back to the template's baseline: a fresh warm sandbox under the same id."""
+        self.info = self._client._send(calls.reset(self.id))
+        return self
+
+    def fork(self, count: int) -> list[Sandbox]:
+        """`count` new sandboxes, each starting from this one's current state (which it keeps)."""
+        return [Sandbox(self._client, info) for info in self._client._send(calls.fork(self.id, count))]
+
+    def snapshot(self, name: str) -> SnapshotInfo:
+        """Freezes the current state under `name`; `create_sandbox(snapshot=name)` starts from it."""
+        return self._client._send(calls.snapshot(self.id, name))
+
+    def pause(self) -> Sandbox:
+        self.info = self._client._send(calls.pause(self.id))
+        return self
+
+    def resume(self) -> Sandbox:
+        self.info = self._client._send(calls.resume(self.id))
+        return self
+
+    def delete(self) -> None:
+        self._client._send(calls.delete_sandbox(self.id))
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        with contextlib.suppress(errors.SandboxNotFound):  # deleted inside the block, or expired
+            self.delete()
+
+
+class Commands:
+    def __init__(self, client: SandboxClient, sandbox_id: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    def run(self, command: calls.Command, **options: Unpack[calls.ExecOptions]) -> ExecResult:
+        """Runs a shell string (under /bin/sh -c) or an argv list and returns when it ends or times out.
+
+        With `on_stdout`/`on_stderr` the output is streamed to them as it is produced.
+        """
+        return self._client._send(calls.exec_command(self._sandbox_id, command, **options))
+
+
+class Files:
+    """Files inside the sandbox. Relative paths start at the sandbox user's home; no path leaves the sandbox."""
+
+    def __init__(self, client: SandboxClient, sandbox_id: str) -> None:
+        self._client = client
+        self._sandbox_id = sandbox_id
+
+    def read(self, path: str) -> bytes:
+        return self._client._send(calls.read_file(self._sandbox_id, path))
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return self.read(path).decode(encoding)
+
+    def write(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
+        """Creates or replaces a file (and its missing parent directories)."""
+        self._client._send(calls.write_file(self._sandbox_id, path, data, mode))
+
+    def list(self, path: str = ".") -> list[FileInfo]:
+        return self._client._send(calls.list_files(self._sandbox_id, path))
+
+    def stat(self, path: str) -> FileInfo:
+        return self._client._send(calls.stat_file(self._sandbox_id, path))
+
+    def exists(self, path: str) -> bool:
+        return self._client._send(calls.file_exists(self._sandbox_id, path))
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        self._client._send(calls.remove_file(self._sandbox_id, path, recursive))
+
+    def mkdir(self, path: str) -> None:
+        self._client._send(calls.mkdir(self._sandbox_id, path))
+
+    def upload_dir(self, local_dir: str | os.PathLike[str], remote_dir: str) -> int:
+        """Copies a local directory's contents into `remote_dir` in one request; returns how many entries landed."""
+        return self._client._send(calls.upload_dir(self._sandbox_id, local_dir, remote_dir))
+
+    def download_dir(self, remote_dir: str, local_dir: str | os.PathLike[str]) -> None:
+        """Copies `remote_dir`'s contents into `local_dir` (created if missing) in one request."""
+        self._client._send(calls.download_dir(self._sandbox_id, remote_dir, local_dir))
