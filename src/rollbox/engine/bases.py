@@ -288,7 +288,8 @@ def _unpack(store: LayerStore, layer_id: str, source: str, workdir: str | None) 
                      ["umoci", "unpack", "--image", f"{layout}:{UNPACK_TAG}", str(bundle)]):
             done = _tool(argv)
             if done.returncode != 0:
-                raise BuildFailed(f"unpacking {source} failed ({argv[0]}): {_tool_message(done.stderr)}",
+                raise BuildFailed(f"unpacking {source} failed ({argv[0]}): {_tool_message(done.stderr)}; make or "
+                                  f"copy the image again, and check the free space under {store.layers}",
                                   exit_code=done.returncode, output=done.stderr)
         rootfs = bundle / "rootfs"
         for path in ("/proc", "/sys", "/dev", workdir):  # so runtimes do not make them in each sandbox's upper
