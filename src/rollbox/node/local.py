@@ -1,0 +1,577 @@
+"""`LocalNode`: this machine's templates, warm pools and claims, over an in-process engine.
+
+Claims are the unit a tenant holds. A claim points at one engine sandbox; `reset` points it at
+a fresh one and deletes the old one in the background, so the claim id never changes. Every
+blocking engine call runs in a worker thread; only `exec` stays on the event loop, because the
+engine's agent client is async.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from anyio import to_thread
+from pydantic import ValidationError
+
+from rollbox.engine import Engine
+from rollbox.errors import (
+    CapacityExceeded,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    SandboxNotFound,
+    SnapshotNotFound,
+    TemplateNotFound,
+)
+from rollbox.models import ExecResult, SnapshotInfo
+from rollbox.node.base import FileOp, OutputCallback
+from rollbox.node.models import ApplyStatus, ClaimInfo, ClaimRequest, ExecRequest, TemplateInfo, WarmPoolInfo
+from rollbox.node.pools import WarmPool
+from rollbox.node.store import Claim, NodeStore
+from rollbox.spec import Metadata, Resource, SandboxTemplate, SandboxWarmPool
+
+log = logging.getLogger("rollbox.node")
+
+FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
+MAX_FORK = 64
+
+
+class LocalNode:
+    """The `Node` of this machine. Thread-safe; one per engine.
+
+    `max_sandboxes` caps every sandbox on the node (claimed, warm, starting, being deleted);
+    `tenant_quota` caps the claims one tenant holds at once.
+    """
+
+    def __init__(self, engine: Engine, *, max_sandboxes: int = 64, tenant_quota: int | None = None,
+                 tick: float = 0.2) -> None:
+        self.engine = engine
+        self.max_sandboxes = max_sandboxes
+        self.tenant_quota = tenant_quota
+        self.store = NodeStore(engine.data_dir / "node.db")
+        self._lock = threading.Lock()
+        self._claims: dict[str, Claim] = {}
+        self._tenants: Counter[str] = Counter()
+        self._pools: dict[str, WarmPool] = {}
+        self._count = 0
+        self._background = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rollbox-node")
+        self._closed = threading.Event()
+        self._recover()
+        self._sweeper = threading.Thread(target=self._sweep, args=(tick,), name="rollbox-sweeper", daemon=True)
+        self._sweeper.start()
+
+    # -- resources --------------------------------------------------------------------------
+
+    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+        loop = asyncio.get_running_loop()
+
+        def say(message: str) -> None:
+            loop.call_soon_threadsafe(progress, message)
+
+        if isinstance(resource, SandboxTemplate):
+            return await to_thread.run_sync(self._apply_template, resource, say)
+        return await to_thread.run_sync(self._apply_pool, resource)
+
+    def _apply_template(self, template: SandboxTemplate, say: Callable[[str], None]) -> ApplyStatus:
+        name = template.metadata.name
+        spec = template.model_dump_json(by_alias=True)
+        before = self.engine.store.template(name)
+        copies = any(step.copy_ is not None for step in template.spec.steps)
+        if before is not None and before[0] == spec and not copies:
+            return "unchanged"
+        image = self.engine.build(template, say)
+        if before is None:
+            return "created"
+        if before == (spec, image):
+            return "unchanged"
+        for pool in self._pools.values():
+            if pool.template == name:
+                self._discard(pool.drain())
+        return "configured"
+
+    def _apply_pool(self, resource: SandboxWarmPool) -> ApplyStatus:
+        name, template = resource.metadata.name, resource.spec.sandbox_template_ref.name
+        if template not in self.engine.templates():
+            raise TemplateNotFound(f"warm pool {name}: template {template!r} is not built: apply it first")
+        text = resource.model_dump_json(by_alias=True)
+        with self._lock:
+            existing = self._pools.get(name)
+            if existing is not None and existing.resource.model_dump_json(by_alias=True) == text:
+                return "unchanged"
+            self.store.put_pool(name, text)
+            if existing is None:
+                self._pools[name] = self._new_pool(resource, [])
+                return "created"
+        self._discard(existing.update(resource))
+        return "configured"
+
+    async def templates(self) -> list[TemplateInfo]:
+        return [_template_info(name, spec, built) for name, spec, _, built in self.engine.store.templates()]
+
+    async def template(self, name: str) -> TemplateInfo:
+        found = next((t for t in await self.templates() if t.name == name), None)
+        if found is None:
+            raise TemplateNotFound(f"template {name!r} does not exist: apply it first")
+        return found
+
+    async def delete_template(self, name: str) -> None:
+        await self.template(name)
+        users = [pool.name for pool in self._pools.values() if pool.template == name]
+        if users:
+            raise Conflict(f"template {name!r} is used by warm pool {', '.join(users)}: delete the pool first")
+        await to_thread.run_sync(self.engine.delete_template, name)
+
+    async def warmpools(self) -> list[WarmPoolInfo]:
+        return [_pool_info(pool) for pool in sorted(self._pools.values(), key=lambda p: p.name)]
+
+    async def warmpool(self, name: str) -> WarmPoolInfo:
+        return _pool_info(self._pool(name))
+
+    async def delete_warmpool(self, name: str) -> None:
+        with self._lock:
+            pool = self._pool(name)
+            del self._pools[name]
+        self._discard(pool.drain())
+        await to_thread.run_sync(pool.close)
+        self.store.delete_pool(name)
+
+    def _pool(self, name: str) -> WarmPool:
+        pool = self._pools.get(name)
+        if pool is None:
+            raise NotFound(f"warm pool {name!r} does not exist: apply it first")
+        return pool
+
+    def _new_pool(self, resource: SandboxWarmPool, ready: list[str]) -> WarmPool:
+        return WarmPool(resource, self._launch, lambda sandbox_id: self._discard([sandbox_id]),
+                        self._background.submit, ready)
+
+    def _launch(self, pool: WarmPool) -> str:
+        self._reserve(1)
+        try:
+            sandbox_id = self.engine.create(pool.template).id
+        except BaseException:
+            self._release(1)
+            raise
+        self.store.add_pool_sandbox(sandbox_id, pool.name)
+        return sandbox_id
+
+    # -- claims -----------------------------------------------------------------------------
+
+    async def claim(self, tenant: str, request: ClaimRequest) -> ClaimInfo:
+        return await to_thread.run_sync(self._claim, tenant, request)
+
+    def _claim(self, tenant: str, request: ClaimRequest) -> ClaimInfo:
+        template = self._claim_template(request)
+        snapshot = _snapshot_key(tenant, request.snapshot) if request.snapshot else None
+        self._take_quota(tenant, 1)
+        try:
+            sandbox_id, pooled = self._fresh(template, snapshot, request.warmpool)
+            now = time.time()
+            claim = Claim(
+                id=secrets.token_hex(8), tenant=tenant, sandbox_id=sandbox_id, created_at=now,
+                template=template or self.engine.info(sandbox_id).template, warmpool=request.warmpool,
+                snapshot=request.snapshot, shutdown_after=request.shutdown_after,
+                expires_at=now + request.shutdown_after if request.shutdown_after else None,
+                idle_pause_after=request.idle_pause_after, env=request.env or {}, labels=request.labels or {},
+                last_used=time.monotonic(),
+            )
+            try:
+                self.store.put_claims([claim], from_pool=sandbox_id if pooled else None)
+            except BaseException:
+                self._discard([sandbox_id])
+                raise
+        except BaseException:
+            self._give_quota(tenant, 1)
+            raise
+        with self._lock:
+            self._claims[claim.id] = claim
+        return claim.info()
+
+    def _claim_template(self, request: ClaimRequest) -> str | None:
+        """The template a claim starts from (None for a snapshot, whose template the engine knows)."""
+        if request.snapshot is not None:
+            if request.warmpool is not None:
+                raise InvalidRequest("give a snapshot or a warm pool, not both")
+            return None
+        if request.warmpool is not None:
+            pool_template = self._pool(request.warmpool).template
+            if request.template not in (None, pool_template):
+                raise InvalidRequest(f"warm pool {request.warmpool!r} holds template {pool_template!r}, "
+                                     f"not {request.template!r}: give one of them")
+            return pool_template
+        if request.template is None:
+            raise InvalidRequest("give a template, a warm pool or a snapshot to create a sandbox from")
+        return request.template
+
+    def _fresh(self, template: str | None, snapshot: str | None, warmpool: str | None) -> tuple[str, bool]:
+        """A ready sandbox of this baseline and whether it came from a pool: warm if one has it, else cold."""
+        if snapshot is None:
+            pools = sorted((p for p in list(self._pools.values()) if p.template == template),
+                           key=lambda p: p.name != warmpool)
+            for pool in pools:
+                sandbox_id = pool.take()
+                if sandbox_id is not None:
+                    return sandbox_id, True
+        self._reserve_or_evict()
+        try:
+            return self.engine.create(template, snapshot=snapshot).id, False
+        except BaseException:
+            self._release(1)
+            raise
+
+    async def claims(self, tenant: str) -> list[ClaimInfo]:
+        owned = [claim for claim in list(self._claims.values()) if claim.tenant == tenant]
+        return [claim.info() for claim in sorted(owned, key=lambda c: c.created_at)]
+
+    async def get(self, tenant: str, claim_id: str) -> ClaimInfo:
+        return self._get(tenant, claim_id).info()
+
+    def _get(self, tenant: str, claim_id: str) -> Claim:
+        claim = self._claims.get(claim_id)
+        if claim is None or claim.tenant != tenant:
+            raise SandboxNotFound(f"sandbox {claim_id!r} does not exist (deleted, expired or never created)")
+        return claim
+
+    async def delete(self, tenant: str, claim_id: str) -> None:
+        await to_thread.run_sync(self._remove, self._get(tenant, claim_id))
+
+    def _remove(self, claim: Claim) -> None:
+        with claim.lock:
+            with self._lock:
+                if self._claims.pop(claim.id, None) is None:
+                    return
+                self._tenants[claim.tenant] -= 1
+            self.store.delete_claim(claim.id)
+        self._delete_later(claim.sandbox_id)
+
+    async def exec(self, tenant: str, claim_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
+                   on_stderr: OutputCallback | None = None) -> ExecResult:
+        claim = self._get(tenant, claim_id)
+        with self._lock:
+            claim.busy += 1
+            idle = claim.paused == "idle"
+        try:
+            if idle:
+                await to_thread.run_sync(self._wake, claim)
+            env = {**claim.env, **request.env} if claim.env and request.env else (request.env or claim.env)
+            return await self.engine.exec_async(
+                claim.sandbox_id, request.command, timeout=request.timeout, env=env, cwd=request.cwd,
+                user=request.user, stdin=request.stdin, output_limit=request.output_limit,
+                on_stdout=on_stdout, on_stderr=on_stderr)
+        finally:
+            with self._lock:
+                claim.busy -= 1
+                claim.last_used = time.monotonic()
+
+    async def files(self, tenant: str, claim_id: str, op: FileOp, path: str, **options: Any) -> Any:
+        if op not in FILE_OPS:
+            raise InvalidRequest(f"{op!r} is not a file operation: use one of {', '.join(sorted(FILE_OPS))}")
+        claim = self._get(tenant, claim_id)
+
+        def run() -> Any:
+            with self._using(claim):
+                return getattr(self.engine.files(claim.sandbox_id), op)(path, **options)
+
+        return await to_thread.run_sync(run)
+
+    @contextlib.contextmanager
+    def _using(self, claim: Claim) -> Iterator[None]:
+        """Marks a call in flight (so the claim is not idle) and wakes an idle-paused sandbox first."""
+        with self._lock:
+            claim.busy += 1
+        try:
+            self._wake(claim)
+            yield
+        finally:
+            with self._lock:
+                claim.busy -= 1
+                claim.last_used = time.monotonic()
+
+    def _wake(self, claim: Claim) -> None:
+        if claim.paused != "idle":
+            return
+        with claim.lock:
+            if claim.paused == "idle":
+                self.engine.resume(claim.sandbox_id)
+                claim.paused = None
+                self.store.put_claims([claim])
+
+    async def reset(self, tenant: str, claim_id: str) -> ClaimInfo:
+        return await to_thread.run_sync(self._reset, self._get(tenant, claim_id))
+
+    def _reset(self, claim: Claim) -> ClaimInfo:
+        with self._using(claim), claim.lock:
+            snapshot = _snapshot_key(claim.tenant, claim.snapshot) if claim.snapshot else None
+            try:
+                sandbox_id, pooled = self._fresh(claim.template, snapshot, claim.warmpool)
+            except (CapacityExceeded, SnapshotNotFound):
+                # No room for a second sandbox, or its snapshot is gone: restart this one in place.
+                self._thaw(claim)
+                self.engine.reset(claim.sandbox_id)
+                self.store.put_claims([claim])
+                return claim.info()
+            old, claim.sandbox_id, claim.paused = claim.sandbox_id, sandbox_id, None
+            self.store.put_claims([claim], from_pool=sandbox_id if pooled else None)
+        self._delete_later(old)
+        return claim.info()
+
+    async def fork(self, tenant: str, claim_id: str, count: int) -> list[ClaimInfo]:
+        if not 1 <= count <= MAX_FORK:
+            raise InvalidRequest(f"fork count must be between 1 and {MAX_FORK}")
+        return await to_thread.run_sync(self._fork, self._get(tenant, claim_id), count)
+
+    def _fork(self, parent: Claim, count: int) -> list[ClaimInfo]:
+        with self._using(parent), parent.lock:
+            self._take_quota(parent.tenant, count)
+            try:
+                self._reserve(count)
+                try:
+                    self._thaw(parent)
+                    sandboxes = self.engine.fork(parent.sandbox_id, count)
+                except BaseException:
+                    self._release(count)
+                    raise
+            except BaseException:
+                self._give_quota(parent.tenant, count)
+                raise
+            now, idle_clock = time.time(), time.monotonic()
+            children = [Claim(
+                id=secrets.token_hex(8), tenant=parent.tenant, sandbox_id=sandbox.id, template=parent.template,
+                created_at=now, warmpool=parent.warmpool, snapshot=parent.snapshot,
+                shutdown_after=parent.shutdown_after,
+                expires_at=now + parent.shutdown_after if parent.shutdown_after else None,
+                idle_pause_after=parent.idle_pause_after, env=dict(parent.env), labels=dict(parent.labels),
+                parent=parent.id, last_used=idle_clock,
+            ) for sandbox in sandboxes]
+            self.store.put_claims([parent, *children])
+            with self._lock:
+                self._claims.update((child.id, child) for child in children)
+        return [child.info() for child in children]
+
+    async def pause(self, tenant: str, claim_id: str) -> ClaimInfo:
+        return await to_thread.run_sync(self._set_paused, self._get(tenant, claim_id), "user")
+
+    async def resume(self, tenant: str, claim_id: str) -> ClaimInfo:
+        return await to_thread.run_sync(self._set_paused, self._get(tenant, claim_id), None)
+
+    def _set_paused(self, claim: Claim, paused: str | None) -> ClaimInfo:
+        with claim.lock:
+            if paused:
+                self.engine.pause(claim.sandbox_id)
+            else:
+                self.engine.resume(claim.sandbox_id)
+            claim.paused = paused
+            claim.last_used = time.monotonic()
+            self.store.put_claims([claim])
+        return claim.info()
+
+    def _thaw(self, claim: Claim) -> None:
+        """Resumes a paused sandbox before the engine stops it (fork, snapshot, reset restart it running)."""
+        if claim.paused:
+            self.engine.resume(claim.sandbox_id)
+            claim.paused = None
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    async def snapshot(self, tenant: str, claim_id: str, name: str) -> SnapshotInfo:
+        try:
+            Metadata(name=name)
+        except ValidationError:
+            raise InvalidRequest(f"snapshot name {name!r}: use lowercase letters, digits, '-' or '.', "
+                                 "at most 63 characters") from None
+        return await to_thread.run_sync(self._snapshot, self._get(tenant, claim_id), name)
+
+    def _snapshot(self, claim: Claim, name: str) -> SnapshotInfo:
+        with self._using(claim), claim.lock:
+            self._thaw(claim)
+            info = self.engine.snapshot(claim.sandbox_id, _snapshot_key(claim.tenant, name))
+            self.store.put_snapshot(claim.tenant, name, claim.id)
+            self.store.put_claims([claim])
+        return SnapshotInfo(name=name, template=info.template, created_at=info.created_at, source=claim.id)
+
+    async def snapshots(self, tenant: str) -> list[SnapshotInfo]:
+        known = {info.name: info for info in self.engine.snapshots()}
+        found = []
+        for _, name, source in self.store.snapshots(tenant):
+            info = known.get(_snapshot_key(tenant, name))
+            if info is not None:
+                found.append(SnapshotInfo(name=name, template=info.template, created_at=info.created_at,
+                                          source=source))
+        return found
+
+    async def delete_snapshot(self, tenant: str, name: str) -> None:
+        if not any(row[1] == name for row in self.store.snapshots(tenant)):
+            raise SnapshotNotFound(f"snapshot {name!r} does not exist")
+        await to_thread.run_sync(self.engine.delete_snapshot, _snapshot_key(tenant, name))
+        self.store.delete_snapshot(tenant, name)
+
+    # -- capacity ---------------------------------------------------------------------------
+
+    def _reserve(self, count: int) -> None:
+        with self._lock:
+            if self._count + count > self.max_sandboxes:
+                raise CapacityExceeded(f"this node is at its maximum of {self.max_sandboxes} sandboxes: "
+                                       "delete sandboxes or warm pools, or retry later")
+            self._count += count
+
+    def _reserve_or_evict(self) -> None:
+        """Makes room for a cold start, taking a slot from some pool's ready sandbox when the node is full."""
+        try:
+            self._reserve(1)
+        except CapacityExceeded:
+            for pool in list(self._pools.values()):
+                victim = pool.take()
+                if victim is not None:
+                    self.store.remove_pool_sandboxes([victim])
+                    self._background.submit(self._delete_now, victim)  # its slot passes to the caller
+                    return
+            raise
+
+    def _release(self, count: int) -> None:
+        with self._lock:
+            self._count -= count
+        for pool in list(self._pools.values()):
+            pool.wake()
+
+    def _take_quota(self, tenant: str, count: int) -> None:
+        with self._lock:
+            held = self._tenants[tenant]
+            if self.tenant_quota is not None and held + count > self.tenant_quota:
+                raise CapacityExceeded(f"tenant {tenant!r} holds {held} sandboxes and its quota is "
+                                       f"{self.tenant_quota}: delete some first")
+            self._tenants[tenant] += count
+
+    def _give_quota(self, tenant: str, count: int) -> None:
+        with self._lock:
+            self._tenants[tenant] -= count
+
+    def _discard(self, sandbox_ids: Iterable[str]) -> None:
+        """Deletes sandboxes no pool or claim holds any more, in the background."""
+        sandbox_ids = list(sandbox_ids)
+        if sandbox_ids:
+            self.store.remove_pool_sandboxes(sandbox_ids)
+        for sandbox_id in sandbox_ids:
+            self._delete_later(sandbox_id)
+
+    def _delete_later(self, sandbox_id: str) -> None:
+        def delete() -> None:
+            try:
+                self._delete_now(sandbox_id)
+            finally:
+                self._release(1)
+
+        try:
+            self._background.submit(delete)
+        except RuntimeError:  # closing: delete it here
+            delete()
+
+    def _delete_now(self, sandbox_id: str) -> None:
+        try:
+            self.engine.delete(sandbox_id)
+        except SandboxNotFound:
+            pass
+        except Exception:
+            log.exception("deleting sandbox %s failed", sandbox_id)
+
+    # -- background: expiry, idle pause, recovery -------------------------------------------
+
+    def _sweep(self, tick: float) -> None:
+        while not self._closed.wait(tick):
+            now, clock = time.time(), time.monotonic()
+            for claim in list(self._claims.values()):
+                try:
+                    if claim.expires_at is not None and claim.expires_at <= now:
+                        self._remove(claim)
+                    elif (claim.idle_pause_after and not claim.paused and not claim.busy
+                          and clock - claim.last_used >= claim.idle_pause_after):
+                        self._idle_pause(claim)
+                except Exception:
+                    log.exception("sweeping claim %s failed", claim.id)
+
+    def _idle_pause(self, claim: Claim) -> None:
+        if not claim.lock.acquire(blocking=False):
+            return
+        try:
+            # Mark first, then look for calls: a call that starts after the mark sees it and wakes the sandbox.
+            with self._lock:
+                if claim.busy or claim.paused or claim.id not in self._claims:
+                    return
+                claim.paused = "idle"
+            self.engine.pause(claim.sandbox_id)
+            self.store.put_claims([claim])
+        finally:
+            claim.lock.release()
+
+    def _recover(self) -> None:
+        """Gives claims and pools back the sandboxes the engine adopted; deletes the ones nobody holds."""
+        alive = {info.id for info in self.engine.list()}
+        self._count = len(alive)
+        held: set[str] = set()
+        for claim in self.store.claims():
+            if claim.sandbox_id not in alive:
+                log.warning("claim %s lost its sandbox %s: dropping it", claim.id, claim.sandbox_id)
+                self.store.delete_claim(claim.id)
+                continue
+            claim.last_used = time.monotonic()
+            self._claims[claim.id] = claim
+            self._tenants[claim.tenant] += 1
+            held.add(claim.sandbox_id)
+        resources = [SandboxWarmPool.model_validate_json(text) for text in self.store.pools()]
+        names = {resource.metadata.name for resource in resources}
+        ready: defaultdict[str, list[str]] = defaultdict(list)
+        stale = []
+        for sandbox_id, pool in self.store.pool_sandboxes():
+            if sandbox_id in alive and sandbox_id not in held and pool in names:
+                ready[pool].append(sandbox_id)
+                held.add(sandbox_id)
+            else:
+                stale.append(sandbox_id)
+        self.store.remove_pool_sandboxes(stale)
+        for resource in resources:
+            self._pools[resource.metadata.name] = self._new_pool(resource, ready[resource.metadata.name])
+        for sandbox_id in alive - held:
+            self._delete_later(sandbox_id)
+        snapshots = {info.name for info in self.engine.snapshots()}
+        for tenant, name, _ in self.store.snapshots():
+            if _snapshot_key(tenant, name) not in snapshots:
+                self.store.delete_snapshot(tenant, name)
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        pools = {pool.name: {"template": pool.template, "replicas": pool.resource.spec.replicas,
+                             "ready": len(pool.ready), "starting": pool.starting} for pool in self._pools.values()}
+        return {"sandboxes": self._count, "claims": len(self._claims), "pools": pools}
+
+    def close(self) -> None:
+        """Stops background work and waits for it. Sandboxes and claims stay for the next node."""
+        self._closed.set()
+        self._sweeper.join()
+        for pool in list(self._pools.values()):
+            pool.close()
+        self._background.shutdown(wait=True)
+        self.store.close()
+
+
+def _snapshot_key(tenant: str, name: str) -> str:
+    """The engine's name of a tenant's snapshot: tenants name snapshots independently."""
+    return f"{tenant}/{name}"
+
+
+def _template_info(name: str, spec: str, built_at: float) -> TemplateInfo:
+    return TemplateInfo(name=name, spec=json.loads(spec)["spec"], built_at=built_at)
+
+
+def _pool_info(pool: WarmPool) -> WarmPoolInfo:
+    return WarmPoolInfo(name=pool.name, template=pool.template, replicas=pool.resource.spec.replicas,
+                        ready=len(pool.ready), starting=pool.starting)

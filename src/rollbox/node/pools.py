@@ -1,0 +1,141 @@
+"""Warm pools: ready sandboxes of one template, waiting for claims.
+
+A claim only pops an id off the pool; starting sandboxes happens in the background, at most
+`refillConcurrency` at a time per pool, so a burst of claims never waits on a container start
+unless the pool runs dry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from rollbox.errors import CapacityExceeded
+from rollbox.spec import SandboxWarmPool
+
+log = logging.getLogger("rollbox.node")
+
+Launch = Callable[["WarmPool"], str]
+"""Starts one ready sandbox for the pool and records it as the pool's; raises CapacityExceeded when full."""
+Discard = Callable[[str], None]
+"""Deletes a sandbox the pool no longer wants (started for a template that has since changed)."""
+_CAPACITY_RETRY = 0.5
+_MAX_BACKOFF = 10.0
+
+
+class WarmPool:
+    """Keeps `replicas` sandboxes of one template started and answering."""
+
+    def __init__(self, resource: SandboxWarmPool, launch: Launch, discard: Discard,
+                 submit: Callable[[Callable[[], None]], object], ready: list[str] | None = None) -> None:
+        self.resource = resource
+        self.ready: deque[str] = deque(ready or ())
+        self.starting = 0
+        self._launch = launch
+        self._discard = discard
+        self._submit = submit
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self._closed = False
+        self._thread = threading.Thread(target=self._refill, name=f"rollbox-pool-{self.name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def name(self) -> str:
+        return self.resource.metadata.name
+
+    @property
+    def template(self) -> str:
+        return self.resource.spec.sandbox_template_ref.name
+
+    def take(self) -> str | None:
+        """A ready sandbox's id, or None when the pool is empty right now."""
+        with self._cond:
+            if not self.ready:
+                return None
+            sandbox_id = self.ready.popleft()
+            self._cond.notify()
+            return sandbox_id
+
+    def update(self, resource: SandboxWarmPool) -> list[str]:
+        """Applies a new spec; returns the ready sandboxes it no longer wants (to delete)."""
+        with self._cond:
+            changed_template = resource.spec.sandbox_template_ref != self.resource.spec.sandbox_template_ref
+            self.resource = resource
+            surplus = self.drain() if changed_template else self._trim()
+            self._cond.notify()
+            return surplus
+
+    def drain(self) -> list[str]:
+        """Empties the pool, also of sandboxes still starting: they are discarded when they come up."""
+        with self._cond:
+            self._generation += 1
+            drained = list(self.ready)
+            self.ready.clear()
+            self._cond.notify()
+            return drained
+
+    def _trim(self) -> list[str]:
+        surplus = []
+        while len(self.ready) > self.resource.spec.replicas:
+            surplus.append(self.ready.pop())
+        return surplus
+
+    def wake(self) -> None:
+        """Room was made on the node: retry a refill that waited for capacity."""
+        with self._cond:
+            self._retry_at = 0.0
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Stops refilling. What was started stays recorded, so a restarted node finds it again."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _wants_more(self) -> bool:
+        spec = self.resource.spec
+        return (len(self.ready) + self.starting < spec.replicas and self.starting < spec.refill_concurrency
+                and time.monotonic() >= self._retry_at)
+
+    def _refill(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._wants_more():
+                    self._cond.wait(max(0.01, self._retry_at - time.monotonic()) if self._retry_at else None)
+                if self._closed:
+                    return
+                self.starting += 1
+                generation = self._generation
+            self._submit(lambda generation=generation: self._start_one(generation))
+
+    def _start_one(self, generation: int) -> None:
+        sandbox_id = None
+        try:
+            sandbox_id = self._launch(self)
+        except CapacityExceeded:
+            self._retry_after(_CAPACITY_RETRY)
+        except Exception:
+            log.exception("warm pool %s: starting a sandbox failed", self.name)
+            self._backoff = min(max(self._backoff * 2, 0.5), _MAX_BACKOFF)
+            self._retry_after(self._backoff)
+        else:
+            self._backoff = 0.0
+        with self._cond:
+            self.starting -= 1
+            stale = sandbox_id is not None and generation != self._generation
+            if sandbox_id is not None and not stale:
+                self.ready.append(sandbox_id)
+            self._cond.notify()
+        if stale:
+            self._discard(sandbox_id)  # type: ignore[arg-type]
+
+    def _retry_after(self, delay: float) -> None:
+        with self._cond:
+            self._retry_at = time.monotonic() + delay

@@ -1,0 +1,158 @@
+"""The node's durable state: claims, warm pools and their ready sandboxes, tenants' snapshots.
+
+It lives in its own SQLite file next to the engine's store. The engine knows sandboxes; this
+store knows who holds each one, so a node restarted after a crash gives every claim back its
+sandbox and every pool its ready ones, and deletes whatever neither holds.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from rollbox.node.models import ClaimInfo
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS claims (id TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, resource TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pool_sandboxes (sandbox_id TEXT PRIMARY KEY, pool TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshots (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, source TEXT, PRIMARY KEY (tenant, name));
+"""
+_TRANSIENT = ("last_used", "busy", "lock")
+
+
+@dataclass
+class Claim:
+    """A tenant's hold on one sandbox. `sandbox_id` changes at reset; `id` never does."""
+
+    id: str
+    tenant: str
+    sandbox_id: str
+    template: str
+    created_at: float
+    warmpool: str | None = None
+    snapshot: str | None = None
+    shutdown_after: float | None = None
+    expires_at: float | None = None
+    idle_pause_after: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    parent: str | None = None
+    paused: str | None = None
+    """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does)."""
+    last_used: float = 0.0
+    """Monotonic time of the last call; not stored, a restarted node starts the idle clock anew."""
+    busy: int = 0
+    """Calls in flight: an idle claim is one with none."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """Serialises what swaps or restarts the sandbox (reset, fork, snapshot, pause, delete)."""
+
+    def info(self) -> ClaimInfo:
+        return ClaimInfo(id=self.id, template=self.template, warmpool=self.warmpool, tenant=self.tenant,
+                         state="paused" if self.paused else "running", created_at=self.created_at,
+                         expires_at=self.expires_at, idle_pause_after=self.idle_pause_after,
+                         snapshot=self.snapshot, parent=self.parent, labels=self.labels)
+
+    def to_json(self) -> str:
+        return json.dumps({name: getattr(self, name) for name in _PERSISTED})
+
+    @classmethod
+    def from_json(cls, text: str) -> Claim:
+        return cls(**json.loads(text))
+
+
+_PERSISTED = [f.name for f in fields(Claim) if f.name not in _TRANSIENT]
+
+
+class NodeStore:
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # -- claims -----------------------------------------------------------------------------
+
+    def claims(self) -> list[Claim]:
+        return [Claim.from_json(record) for (record,) in self._query("SELECT record FROM claims")]
+
+    def put_claims(self, claims: Iterable[Claim], from_pool: str | None = None) -> None:
+        """Records claims; `from_pool` names a pool sandbox they took, which leaves its pool atomically."""
+        with self._tx() as db:
+            if from_pool:
+                db.execute("DELETE FROM pool_sandboxes WHERE sandbox_id=?", (from_pool,))
+            db.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?)", [(c.id, c.to_json()) for c in claims])
+
+    def delete_claim(self, claim_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM claims WHERE id=?", (claim_id,))
+
+    # -- warm pools -------------------------------------------------------------------------
+
+    def pools(self) -> list[str]:
+        return [resource for (resource,) in self._query("SELECT resource FROM pools ORDER BY name")]
+
+    def put_pool(self, name: str, resource: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO pools VALUES (?, ?)", (name, resource))
+
+    def delete_pool(self, name: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM pools WHERE name=?", (name,))
+            db.execute("DELETE FROM pool_sandboxes WHERE pool=?", (name,))
+
+    def pool_sandboxes(self) -> list[tuple[str, str]]:
+        """(sandbox id, pool name) of every ready, unclaimed pool sandbox."""
+        return [(sandbox, pool) for sandbox, pool in self._query("SELECT sandbox_id, pool FROM pool_sandboxes")]
+
+    def add_pool_sandbox(self, sandbox_id: str, pool: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO pool_sandboxes VALUES (?, ?)", (sandbox_id, pool))
+
+    def remove_pool_sandboxes(self, sandbox_ids: Iterable[str]) -> None:
+        with self._tx() as db:
+            db.executemany("DELETE FROM pool_sandboxes WHERE sandbox_id=?", [(s,) for s in sandbox_ids])
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def snapshots(self, tenant: str | None = None) -> list[tuple[str, str, str | None]]:
+        """(tenant, name, source claim) of every snapshot, or of one tenant's."""
+        if tenant is None:
+            return [tuple(row) for row in self._query("SELECT tenant, name, source FROM snapshots")]  # type: ignore[misc]
+        rows = self._query("SELECT tenant, name, source FROM snapshots WHERE tenant=? ORDER BY name", tenant)
+        return [tuple(row) for row in rows]  # type: ignore[misc]
+
+    def put_snapshot(self, tenant: str, name: str, source: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)", (tenant, name, source))
+
+    def delete_snapshot(self, tenant: str, name: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM snapshots WHERE tenant=? AND name=?", (tenant, name))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

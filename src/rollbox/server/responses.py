@@ -1,0 +1,23 @@
+"""JSON answers without per-request framework work: pydantic-core serialises models straight to bytes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic_core
+from starlette.responses import Response
+
+from rollbox.errors import RollboxError
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    """Serialises a model, a list of models or plain data."""
+    return Response(pydantic_core.to_json(value), status_code=status, media_type="application/json")
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def error_response(error: RollboxError) -> Response:
+    return json_response(error_body(error.code, str(error)), error.status)

@@ -1,0 +1,41 @@
+"""`serve()`: the embedded default, router and node in one process on this machine."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import uvicorn
+
+from rollbox.engine import DEFAULT_DATA_DIR, Engine
+from rollbox.errors import InvalidRequest
+from rollbox.node import LocalNode
+from rollbox.server.app import DEFAULT_MAX_BODY, create_app
+
+
+def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port: int = 8080,
+          tokens: dict[str, str] | None = None, max_sandboxes: int = 64, *, tenant_quota: int | None = None,
+          max_body: int = DEFAULT_MAX_BODY, log_level: str = "warning") -> None:
+    """Serves the HTTP API until interrupted (SIGINT/SIGTERM); sandboxes and claims outlive it."""
+    if not tokens and not _loopback(host):
+        raise InvalidRequest(f"refusing to listen on {host} without tokens: anyone could run commands. "
+                             "Give tokens (--token TENANT=TOKEN) or listen on 127.0.0.1")
+    engine = Engine(data_dir)
+    try:
+        node = LocalNode(engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota)
+        try:
+            uvicorn.run(create_app(node, tokens, max_body=max_body), host=host, port=port, log_level=log_level,
+                        access_log=False)
+        finally:
+            node.close()
+    finally:
+        engine.close()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

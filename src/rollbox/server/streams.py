@@ -1,0 +1,62 @@
+"""NDJSON answers fed while work runs: command output as it is produced, build progress as it happens."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.responses import Response, StreamingResponse
+
+from rollbox.errors import RollboxError
+
+log = logging.getLogger("rollbox.server")
+
+Emit = Callable[[dict[str, Any]], None]
+_END = object()
+
+
+async def ndjson(produce: Callable[[Emit], Awaitable[None]], error_event: Callable[[RollboxError], dict[str, Any]]
+                 ) -> Response:
+    """Runs `produce`, streaming each event it emits as one JSON line.
+
+    Waits for the first event before answering, so that a failure before any output (an unknown
+    sandbox, a paused one) is a plain error response with its status; a later failure becomes
+    the stream's last line, `error_event(error)`. A client that hangs up cancels the work.
+    """
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def run() -> None:
+        try:
+            await produce(queue.put_nowait)
+        except Exception as error:
+            queue.put_nowait(error)
+        queue.put_nowait(_END)
+
+    task = asyncio.create_task(run())
+    first = await queue.get()
+    if isinstance(first, Exception):
+        raise first
+
+    async def lines() -> AsyncIterator[bytes]:
+        try:
+            item = first
+            while item is not _END:
+                if isinstance(item, Exception):
+                    item = error_event(as_rollbox_error(item))
+                yield (json.dumps(item) + "\n").encode()
+                item = await queue.get()
+        finally:
+            task.cancel()
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def as_rollbox_error(error: Exception) -> RollboxError:
+    """The error to show a client; anything unexpected is logged and shown as `internal`."""
+    if isinstance(error, RollboxError):
+        return error
+    log.error("stream failed", exc_info=error)
+    return RollboxError(f"the server failed: {error}; see its log")
