@@ -1,0 +1,1 @@
+"""Closed integer intervals: parsing range lists, merging, overlap and coverage."""

@@ -1,0 +1,1 @@
+"""Money amounts in integer cents, and accounts that never go negative."""

@@ -1,0 +1,1 @@
+"""Small text utilities: slugs, word wrap, letter case and word counts."""

@@ -1,0 +1,1 @@
+"""RL on rollbox: tasks with verifiable rewards, environments, rollout collection, trajectories, adapters."""
