@@ -26,9 +26,20 @@ def pack(local_dir: str | Path) -> bytes:
     return buffer.getvalue()
 
 
+def _contained(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """The "data" filter, except that symlinks may point anywhere (a venv's `bin/python` does).
+
+    A link is only text on this side: every member is still refused if it would land outside
+    `dest`, following the links already unpacked.
+    """
+    if member.issym():
+        return tarfile.tar_filter(member, dest)
+    return tarfile.data_filter(member, dest)
+
+
 def unpack(archive: bytes, local_dir: str | Path) -> None:
-    """Unpacks into `local_dir`, refusing members that would land outside it or be devices."""
+    """Unpacks into `local_dir`, refusing members that would land outside it, devices and setuid bits."""
     root = Path(local_dir)
     root.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
-        tar.extractall(root, filter="data")
+        tar.extractall(root, filter=_contained)

@@ -14,7 +14,7 @@ from typing import Any, Generic, Protocol, TypedDict, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rollbox import errors, spec
 from rollbox.client import _archive
@@ -23,17 +23,13 @@ from rollbox.client.models import (
     ApplyEvent,
     ApplyRequest,
     ArchiveResult,
-    CreateRequest,
     ExecEvent,
-    ExecRequest,
     ForkRequest,
     Health,
-    SandboxInfo,
     SnapshotRequest,
-    TemplateInfo,
-    WarmPoolInfo,
 )
 from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+from rollbox.node.models import ClaimInfo, ClaimRequest, ExecRequest, TemplateInfo, WarmPoolInfo
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -141,8 +137,8 @@ def _exists(response: httpx.Response) -> bool:
 
 
 _HEALTH = _json(TypeAdapter(Health))
-_SANDBOX = _json(TypeAdapter(SandboxInfo))
-_SANDBOXES = _json(TypeAdapter(list[SandboxInfo]))
+_SANDBOX = _json(TypeAdapter(ClaimInfo))
+_SANDBOXES = _json(TypeAdapter(list[ClaimInfo]))
 _TEMPLATE = _json(TypeAdapter(TemplateInfo))
 _TEMPLATES = _json(TypeAdapter(list[TemplateInfo]))
 _WARMPOOL = _json(TypeAdapter(WarmPoolInfo))
@@ -157,6 +153,18 @@ _ARCHIVE = _json(TypeAdapter(ArchiveResult))
 
 def _dump(body: BaseModel) -> str:
     return body.model_dump_json(exclude_none=True)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _body(model: type[M], **fields: Any) -> M:
+    """Builds a request body; a bad or misspelt argument fails here, as the server would fail it."""
+    try:
+        return model(**fields)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors())
+        raise errors.InvalidRequest(f"invalid arguments: {problems}") from None
 
 
 def _name(name: str) -> str:
@@ -276,15 +284,15 @@ def _sandbox(sandbox_id: str, tail: str = "") -> str:
     return f"/v1/sandboxes/{_name(sandbox_id)}{tail}"
 
 
-def create_sandbox(options: ClaimOptions) -> Call[SandboxInfo]:
-    return _post("/v1/sandboxes", _SANDBOX, CreateRequest(**options))
+def create_sandbox(options: ClaimOptions) -> Call[ClaimInfo]:
+    return _post("/v1/sandboxes", _SANDBOX, _body(ClaimRequest, **options))
 
 
-def list_sandboxes() -> Call[list[SandboxInfo]]:
+def list_sandboxes() -> Call[list[ClaimInfo]]:
     return _get("/v1/sandboxes", _SANDBOXES)
 
 
-def get_sandbox(sandbox_id: str) -> Call[SandboxInfo]:
+def get_sandbox(sandbox_id: str) -> Call[ClaimInfo]:
     return _get(_sandbox(sandbox_id), _SANDBOX)
 
 
@@ -292,30 +300,30 @@ def delete_sandbox(sandbox_id: str) -> Call[None]:
     return _delete(_sandbox(sandbox_id))
 
 
-def reset(sandbox_id: str) -> Call[SandboxInfo]:
+def reset(sandbox_id: str) -> Call[ClaimInfo]:
     return _post(_sandbox(sandbox_id, "/reset"), _SANDBOX)
 
 
-def fork(sandbox_id: str, count: int) -> Call[list[SandboxInfo]]:
-    return _post(_sandbox(sandbox_id, "/fork"), _SANDBOXES, ForkRequest(count=count))
+def fork(sandbox_id: str, count: int) -> Call[list[ClaimInfo]]:
+    return _post(_sandbox(sandbox_id, "/fork"), _SANDBOXES, _body(ForkRequest, count=count))
 
 
 def snapshot(sandbox_id: str, name: str) -> Call[SnapshotInfo]:
-    return _post(_sandbox(sandbox_id, "/snapshot"), _SNAPSHOT, SnapshotRequest(name=name))
+    return _post(_sandbox(sandbox_id, "/snapshot"), _SNAPSHOT, _body(SnapshotRequest, name=name))
 
 
-def pause(sandbox_id: str) -> Call[SandboxInfo]:
+def pause(sandbox_id: str) -> Call[ClaimInfo]:
     return _post(_sandbox(sandbox_id, "/pause"), _SANDBOX)
 
 
-def resume(sandbox_id: str) -> Call[SandboxInfo]:
+def resume(sandbox_id: str) -> Call[ClaimInfo]:
     return _post(_sandbox(sandbox_id, "/resume"), _SANDBOX)
 
 
 def exec_command(sandbox_id: str, command: Command, *, on_stdout: OutputCallback | None = None,
                  on_stderr: OutputCallback | None = None, **options: Any) -> Call[ExecResult] | StreamCall[ExecResult]:
     """A plain call, or a streamed one when the caller wants output as it is produced."""
-    request = ExecRequest(command=command if isinstance(command, str) else list(command), **options)
+    request = _body(ExecRequest, command=command if isinstance(command, str) else list(command), **options)
     body = _dump(request)
     if on_stdout or on_stderr:
         return StreamCall("POST", _sandbox(sandbox_id, "/exec/stream"), ExecReader(on_stdout, on_stderr), body,

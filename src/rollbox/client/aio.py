@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import TypeVar, Unpack
+from collections.abc import Coroutine, Generator
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
 from rollbox import errors
 from rollbox.client import _calls as calls
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed, error_from
-from rollbox.client.models import ApplyEvent, Health, SandboxInfo, TemplateInfo, WarmPoolInfo
+from rollbox.client.models import ApplyEvent, Health
 from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+from rollbox.node.models import ClaimInfo, TemplateInfo, WarmPoolInfo
 
 T = TypeVar("T")
 
@@ -38,8 +40,15 @@ class AsyncSandboxClient:
 
     # -- sandboxes ---------------------------------------------------------------------------
 
-    async def create_sandbox(self, **claim: Unpack[calls.ClaimOptions]) -> AsyncSandbox:
-        """Claims a sandbox: a warm one from `warmpool` if it has one, else a new one from `template` or `snapshot`."""
+    def create_sandbox(self, **claim: Unpack[calls.ClaimOptions]) -> Claiming:
+        """Claims a sandbox: a warm one from `warmpool` if it has one, else a new one from `template` or `snapshot`.
+
+        Await it (`sandbox = await client.create_sandbox(...)`) or enter it
+        (`async with client.create_sandbox(...) as sandbox:`, which deletes the sandbox on exit).
+        """
+        return Claiming(self._claim(claim))
+
+    async def _claim(self, claim: calls.ClaimOptions) -> AsyncSandbox:
         return AsyncSandbox(self, await self._send(calls.create_sandbox(claim)))
 
     async def get_sandbox(self, sandbox_id: str) -> AsyncSandbox:
@@ -132,10 +141,29 @@ class AsyncSandboxClient:
         await self.close()
 
 
+class Claiming:
+    """A claim on its way: awaitable for the sandbox, or an async context manager that deletes it on exit."""
+
+    def __init__(self, claim: Coroutine[Any, Any, AsyncSandbox]) -> None:
+        self._claim = claim
+        self._sandbox: AsyncSandbox | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSandbox]:
+        return self._claim.__await__()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        self._sandbox = await self._claim
+        return self._sandbox
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._sandbox is not None
+        await self._sandbox.__aexit__(*exc)
+
+
 class AsyncSandbox:
     """A claimed sandbox. Holding one costs nothing; each method is one HTTP call."""
 
-    def __init__(self, client: AsyncSandboxClient, info: SandboxInfo) -> None:
+    def __init__(self, client: AsyncSandboxClient, info: ClaimInfo) -> None:
         self._client = client
         self.info = info
         """What the router last said about this sandbox; `refresh()` asks again."""

@@ -1,4 +1,4 @@
-"""Wire shapes only the SDK needs (the ones shared with the engine live in `rollbox.models`).
+"""Wire shapes the SDK reads and writes besides those of `rollbox.models` and `rollbox.node.models`.
 
 Answers ignore fields they do not know, so an older SDK keeps working against a newer router.
 """
@@ -9,8 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollbox.models import ExecResult, SandboxState
-from rollbox.spec import Seconds, TemplateSpec
+from rollbox.models import ExecResult
 
 
 class Request(BaseModel):
@@ -19,39 +18,10 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SandboxInfo(BaseModel):
-    """The router's `Sandbox`: a claim. Its id stays the same across `reset`."""
-
-    id: str
-    template: str
-    warmpool: str | None = None
-    tenant: str = "default"
-    state: SandboxState
-    created_at: float
-    expires_at: float | None = None
-    idle_pause_after: float | None = None
-    snapshot: str | None = None
-    parent: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-
-
-class TemplateInfo(BaseModel):
-    name: str
-    spec: TemplateSpec
-    built_at: float | None = None
-
-
-class WarmPoolInfo(BaseModel):
-    name: str
-    template: str
-    replicas: int
-    ready: int = 0
-    starting: int = 0
-
-
 class Health(BaseModel):
     status: str
     sandboxes: int = 0
+    claims: int = 0
     pools: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -87,26 +57,6 @@ class ErrorBody(BaseModel):
 
 class ArchiveResult(BaseModel):
     entries: int
-
-
-class CreateRequest(Request):
-    template: str | None = None
-    warmpool: str | None = None
-    snapshot: str | None = None
-    shutdown_after: Seconds | None = None
-    idle_pause_after: Seconds | None = None
-    env: dict[str, str] | None = None
-    labels: dict[str, str] | None = None
-
-
-class ExecRequest(Request):
-    command: str | list[str]
-    timeout: float | None = None
-    env: dict[str, str] | None = None
-    cwd: str | None = None
-    user: str | None = None
-    stdin: str | None = None
-    output_limit: int | None = None
 
 
 class ApplyRequest(Request):

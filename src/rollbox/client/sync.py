@@ -12,8 +12,9 @@ import httpx
 from rollbox import errors
 from rollbox.client import _calls as calls
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed, error_from
-from rollbox.client.models import ApplyEvent, Health, SandboxInfo, TemplateInfo, WarmPoolInfo
+from rollbox.client.models import ApplyEvent, Health
 from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+from rollbox.node.models import ClaimInfo, TemplateInfo, WarmPoolInfo
 
 T = TypeVar("T")
 
@@ -135,7 +136,7 @@ class SandboxClient:
 class Sandbox:
     """A claimed sandbox. Holding one costs nothing; each method is one HTTP call."""
 
-    def __init__(self, client: SandboxClient, info: SandboxInfo) -> None:
+    def __init__(self, client: SandboxClient, info: ClaimInfo) -> None:
         self._client = client
         self.info = info
         """What the router last said about this sandbox; `refresh()` asks again."""
