@@ -12,7 +12,8 @@ import pytest
 from rollbox.engine import Engine, mounts
 from rollbox.spec import SandboxTemplate
 
-BASIC = {"metadata": {"name": "basic"}, "spec": {"steps": [{"run": "mkdir -p /opt/data && echo baseline > /opt/data/file"}]}}
+BASIC = {"metadata": {"name": "basic"},
+         "spec": {"steps": [{"run": "mkdir -p /opt/data && echo baseline > /opt/data/file"}]}}
 
 
 def make_engine(root: Path) -> Engine:
@@ -29,16 +30,32 @@ def teardown_engine(engine: Engine) -> None:
     shutil.rmtree(engine.run_dir, ignore_errors=True)
 
 
+RUNTIMES = ["runc", "runsc"]
+
+
+def template_for(runtime: str) -> str:
+    return "basic" if runtime == "runc" else f"basic-{runtime}"
+
+
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """One engine for the whole session, with the `basic` template built on the host base."""
+    """One engine for the whole session, with the `basic` template built for each runtime."""
     engine = make_engine(tmp_path_factory.mktemp("engine"))
-    engine.build(SandboxTemplate.model_validate(BASIC))
+    for runtime in RUNTIMES:
+        document = {**BASIC, "metadata": {"name": template_for(runtime)},
+                    "spec": {**BASIC["spec"], "runtime": runtime}}
+        engine.build(SandboxTemplate.model_validate(document))
     yield engine
     teardown_engine(engine)
 
 
+@pytest.fixture(params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture
-def sandbox(engine: Engine) -> Iterator:
-    with engine.create("basic") as box:
+def sandbox(engine: Engine, runtime: str) -> Iterator:
+    """A fresh sandbox of the `basic` template, once under each runtime."""
+    with engine.create(template_for(runtime)) as box:
         yield box

@@ -15,6 +15,7 @@ import secrets
 import shutil
 import stat
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from rollbox.engine import accounts, bases, mounts
@@ -56,12 +57,12 @@ class Builder:
                 image.user = step.user
             elif step.workdir is not None:
                 image.workdir = step.workdir
-                self._layer(image, "wd-" + key[:24], lambda root: self._make_dirs(image, root, step.workdir,
-                                                                                  final_user))
+                self._layer(image, "wd-" + key[:24], partial(self._make_dirs, image, path=step.workdir,
+                                                             owner=final_user))
             elif step.copy_ is not None:
                 key = _chain(key, _digest_source(self._copy_source(template, step)))
-                self._layer(image, "cp-" + key[:24], lambda root: self._copy(template, image, root, step,
-                                                                             final_user))
+                self._layer(image, "cp-" + key[:24], partial(self._copy, template, image, step=step,
+                                                             default_owner=final_user))
             elif step.run is not None:
                 layer_id = "run-" + key[:24]
                 if not self.layers.exists(layer_id):

@@ -21,14 +21,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollbox.engine import accounts, mounts
-from rollbox.engine.agent import agent_binary
+from rollbox.engine.agent import agent_binary, compat_library
 from rollbox.engine.agent_client import AgentClient, ExecRequest, OutputCallback
 from rollbox.engine.builder import Builder, Progress
 from rollbox.engine.cgroups import Cgroups
 from rollbox.engine.files import SandboxFiles
 from rollbox.engine.hostbase import host_binds
 from rollbox.engine.layers import SKELETON, UPPER_PREFIX, LayerStore, remove_tree
-from rollbox.engine.oci import AGENT_PATH, AGENT_SOCKET_DIR, Bind, ContainerConfig, container_spec
+from rollbox.engine.oci import AGENT_PATH, AGENT_SOCKET_DIR, COMPAT_PATH, Bind, ContainerConfig, container_spec
 from rollbox.engine.runtimes import AGENT_FD, Runtime, make_runtime
 from rollbox.engine.store import Image, SandboxRecord, Store
 from rollbox.errors import (
@@ -62,6 +62,7 @@ class Engine:
         self.layers = LayerStore(self.data_dir)
         self.cgroups = Cgroups(self.id)
         self.agent = agent_binary(self.data_dir / "bin")
+        self.compat = compat_library(self.data_dir / "bin")
         self._runtimes: dict[str, Runtime] = {}
         self._lock = threading.RLock()
         self.builder = Builder(self.layers, self.runtime("runc"), self.data_dir / "build", self.cgroups)
@@ -154,7 +155,7 @@ class Engine:
         rootfs = bundle / "rootfs"
         rootfs.mkdir(parents=True, exist_ok=True)
         upper, work = self.layers.upper_dirs(record.upper)
-        if not mounts.is_mounted(rootfs):
+        if not os.path.ismount(rootfs):  # an overlay has its own device: no scan of a mount table that grows
             lowers = self.layers.stack_paths([SKELETON, *record.image.layers])
             mounts.mount_overlay(rootfs, lowers, upper, work)
         run = self.run_dir / record.id
@@ -167,10 +168,13 @@ class Engine:
         else:
             binds.append(Bind(str(run), AGENT_SOCKET_DIR, readonly=False))
             args = [AGENT_PATH, "--path", f"{AGENT_SOCKET_DIR}/agent.sock"]
+        if runtime.exec_env:
+            binds.append(Bind(str(self.compat), COMPAT_PATH))
         limits = Limits(**record.limits)
         spec = container_spec(ContainerConfig(
             args=args, cgroups_path=self.cgroups.path_for(record.container_id), limits=limits, binds=binds,
             disk_in_memory=limits.disk))
+        runtime.adjust(spec)
         (bundle / "config.json").write_text(json.dumps(spec))
         socket_path = run / "agent.sock"
         with contextlib.suppress(FileNotFoundError):
@@ -230,19 +234,22 @@ class Engine:
             if record.state == "paused":
                 self.cgroups.freeze(record.container_id, False)
             self._destroy(record)
-        self.collect_layers()
+        if _has_frozen_layers(record.image):
+            self.collect_layers()
 
     def reset(self, sandbox_id: str) -> None:
         """Puts the sandbox back to the state it was created from (its template or snapshot)."""
         with self._locked(sandbox_id):
             record = self._record(sandbox_id)
+            old_image = record.image
             self._stop(record)
             self.layers.remove(record.upper)
             record.image = record.baseline
             record.generation += 1
             record.state = "running"
             self._launch(record)
-        self.collect_layers()
+        if _has_frozen_layers(old_image):
+            self.collect_layers()
 
     def _freeze_upper(self, record: SandboxRecord) -> Image:
         """Stops the sandbox, turns its upper into a read-only layer and restarts it over that layer."""
@@ -332,7 +339,8 @@ class Engine:
         else:
             account = accounts.resolve(self.layers.stack_paths([record.upper, *record.image.layers]), user)
             identity, home = (account.uid, account.gid, account.groups), account.home
-        full_env = {**BASE_ENV, "PATH": PATH_ENV, "HOME": home, **record.image.env, **record.env, **(env or {})}
+        full_env = {**BASE_ENV, "PATH": PATH_ENV, "HOME": home, **self.runtime(record.runtime).exec_env,
+                    **record.image.env, **record.env, **(env or {})}
         return ExecRequest(
             argv=argv, env=full_env, cwd=cwd or record.image.workdir or home, user=identity, timeout=timeout,
             output_cap=output_limit or Limits(**record.limits).output,
@@ -467,6 +475,14 @@ class Engine:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _has_frozen_layers(image: Image) -> bool:
+    """Whether dropping a sandbox over `image` can leave a frozen upper unused.
+
+    Only then is `collect_layers` worth its cost, which grows with the number of sandboxes.
+    """
+    return any(layer.startswith(UPPER_PREFIX) for layer in image.layers)
 
 
 def _info(record: SandboxRecord) -> SandboxInfo:

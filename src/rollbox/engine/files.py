@@ -226,11 +226,7 @@ class SandboxFiles:
         base = self._absolute(path).rstrip("/") or "/"
         self.mkdir(base)
         count = 0
-        try:
-            tar = tarfile.open(fileobj=io.BytesIO(archive))
-        except tarfile.TarError as error:
-            raise InvalidRequest(f"not a tar archive: {error}") from None
-        with tar:
+        with _open_tar(archive) as tar:
             for member in tar:
                 relative = PurePosixPath(member.name.lstrip("/"))
                 if ".." in relative.parts:
@@ -285,6 +281,13 @@ class SandboxFiles:
                             member.size = info.st_size
                             tar.addfile(member, handle)
         return buffer.getvalue()
+
+
+def _open_tar(archive: bytes) -> tarfile.TarFile:
+    try:
+        return tarfile.open(fileobj=io.BytesIO(archive))
+    except tarfile.TarError as error:
+        raise InvalidRequest(f"not a tar archive: {error}") from None
 
 
 def _remove_tree_at(parent: int, name: str) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from rollbox.engine import mounts
 
 UPPER_PREFIX = "u-"
-SKELETON = "skeleton-1"
+SKELETON = "skeleton-3"
 """Holds the mount points the engine adds to every sandbox, so runtimes never write them to an upper."""
 
 
@@ -37,6 +37,9 @@ class LayerStore:
         partial = self.staging(SKELETON)
         (partial / ".rollbox" / "run").mkdir(parents=True)
         (partial / ".rollbox" / "agent").touch()
+        (partial / ".rollbox" / "compat.so").touch()
+        (partial / "tmp").mkdir(mode=0o1777)
+        (partial / "tmp").chmod(0o1777)  # every sandbox gets a /tmp, even from images without one
         self.commit(SKELETON, partial)
 
     def path(self, layer_id: str) -> Path:

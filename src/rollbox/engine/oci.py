@@ -16,6 +16,7 @@ from rollbox.engine.seccomp import default_profile
 from rollbox.spec import Limits
 
 AGENT_PATH = "/.rollbox/agent"
+COMPAT_PATH = "/.rollbox/compat.so"
 AGENT_SOCKET_DIR = "/.rollbox/run"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 AGENT_CAPABILITIES = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"]

@@ -14,11 +14,14 @@ import select
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollbox.engine.oci import Bind
+from rollbox.engine.oci import COMPAT_PATH, Bind
+from rollbox.engine.seccomp import EPERM
 from rollbox.errors import RuntimeUnavailable
 
 AGENT_FD = 3
@@ -34,6 +37,8 @@ class Runtime:
     global_flags: list[str] = field(default_factory=list)
     passes_fds: bool = True
     """False where the runtime cannot hand the socket in: the agent then listens on a bound path."""
+    exec_env: dict[str, str] = field(default_factory=dict)
+    """Environment every command gets under this runtime."""
 
     def _base(self) -> list[str]:
         return [self.binary, "--root", str(self.state_root), *self.global_flags]
@@ -41,6 +46,9 @@ class Runtime:
     def binds(self, rootfs: Path) -> list[Bind]:
         """Extra binds this runtime needs so the sandbox's files stay on its root filesystem."""
         return []
+
+    def adjust(self, spec: dict[str, Any]) -> None:
+        """Adapts a container spec to this runtime's quirks (in place)."""
 
     def start(self, container_id: str, bundle: Path, listener_fd: int | None, log: Path) -> None:
         argv = [*self._base(), "--log", str(log.with_suffix(".runtime.log")), *self._run_args(bundle, listener_fd),
@@ -122,6 +130,17 @@ class Runsc(Runtime):
     def _run_args(self, bundle: Path, listener_fd: int | None) -> list[str]:
         return ["run", "-detach", "-bundle", str(bundle)]
 
+    def adjust(self, spec: dict[str, Any]) -> None:
+        # The sentry's threads and the ptrace platform's stub processes count against the host pids
+        # cgroup: leave them room, or a few concurrent commands would kill the whole sandbox.
+        pids = spec["linux"]["resources"]["pids"]
+        pids["limit"] = pids["limit"] * 16 + 256
+        # This release ignores errnoRet and fails every filtered call with EPERM: a rule meant to
+        # answer ENOSYS (clone3, so libc falls back to clone) would break thread creation.
+        seccomp = spec["linux"]["seccomp"]
+        seccomp["syscalls"] = [rule for rule in seccomp["syscalls"] if rule.get("errnoRet", EPERM) == EPERM]
+
+
     def binds(self, rootfs: Path) -> list[Bind]:
         # Without a mount at /tmp, gVisor puts a private tmpfs there that the host cannot see.
         tmp = rootfs / "tmp"
@@ -131,7 +150,19 @@ class Runsc(Runtime):
         return [Bind(str(tmp), "/tmp", readonly=False)]
 
     def delete(self, container_id: str) -> None:
-        subprocess.run([*self._base(), "delete", "-force", container_id], capture_output=True, check=False)
+        # Kill the sandbox and gofer processes ourselves and wait until they are gone: `runsc delete`
+        # alone takes seconds and returns while the gofer, which holds the root filesystem in its own
+        # mount namespace, still runs (and an upper must be free before fork reuses it as a lower).
+        # Its state files are then cleaned in the background (a restarted engine removes leftovers).
+        bundle = self._bundle(container_id)
+        if bundle:
+            _wait_for_processes_mentioning(bundle, str(self.state_root))
+        argv = [*self._base(), "delete", "-force", container_id]
+        threading.Thread(target=subprocess.run, args=(argv,), kwargs={"capture_output": True}, daemon=True).start()
+
+    def _bundle(self, container_id: str) -> str | None:
+        state = self.state(container_id)
+        return state.get("bundle") if state else None
 
     def list(self) -> list[str]:
         if not self.state_root.exists():
@@ -151,8 +182,8 @@ def make_runtime(name: str, state_dir: Path) -> Runtime:
     root = state_dir / name
     root.mkdir(parents=True, exist_ok=True)
     if name == "runsc":
-        flags = ["--platform=ptrace", "--network=none", "--host-uds=all", "--file-access=shared"]
-        return Runsc(name, binary, root, flags, passes_fds=False)
+        flags = ["--platform=ptrace", "--network=none", "--host-uds=all", "--file-access=shared", "--oci-seccomp"]
+        return Runsc(name, binary, root, flags, passes_fds=False, exec_env={"LD_PRELOAD": COMPAT_PATH})
     return Runtime(name, binary, root)
 
 
@@ -163,6 +194,30 @@ def _start_time(pid: int) -> int | None:
     except OSError:
         return None
     return int(text.rsplit(")", 1)[1].split()[19])
+
+
+def _wait_for_processes_mentioning(bundle: str, root: str, timeout: float = 5.0) -> None:
+    """Kills every process that names both `root` and `bundle` on its command line, and waits until they are gone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [pid for pid, cmdline in _processes() if root in cmdline and bundle in cmdline]
+        if not found:
+            return
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise RuntimeUnavailable(f"processes {found} did not exit after the sandbox was deleted")
+        time.sleep(0.01)
+
+
+def _processes() -> list[tuple[int, str]]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/cmdline", "rb") as handle:
+                found.append((int(entry.name), handle.read().replace(b"\0", b" ").decode(errors="replace")))
+    return found
 
 
 def _tail(path: Path, limit: int = 2000) -> str:

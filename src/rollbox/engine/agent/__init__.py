@@ -1,6 +1,7 @@
 """Builds the exec agent: a static binary, so it runs in any root filesystem (even one without libc).
 
-The binary is compiled once per source version and cached; sandboxes bind-mount it read-only.
+Also builds `compat.so`, preloaded into commands under runtimes with known syscall gaps. Both are
+compiled once per source version and cached; sandboxes bind-mount them read-only.
 """
 
 from __future__ import annotations
@@ -14,24 +15,34 @@ from pathlib import Path
 from rollbox.errors import RuntimeUnavailable
 
 SOURCE = Path(__file__).with_name("agent.c")
+COMPAT_SOURCE = Path(__file__).with_name("compat.c")
 
 
 def agent_binary(cache_dir: Path) -> Path:
     """Returns the path of the compiled agent, compiling it into `cache_dir` if needed."""
-    source = SOURCE.read_bytes()
-    target = cache_dir / f"agent-{hashlib.sha256(source).hexdigest()[:16]}"
+    return _compile(SOURCE, cache_dir, "agent", ["-static"])
+
+
+def compat_library(cache_dir: Path) -> Path:
+    """Returns the path of the compiled compat library, compiling it into `cache_dir` if needed."""
+    return _compile(COMPAT_SOURCE, cache_dir, "compat.so", ["-shared", "-fPIC"])
+
+
+def _compile(source_path: Path, cache_dir: Path, name: str, flags: list[str]) -> Path:
+    source = source_path.read_bytes()
+    target = cache_dir / f"{hashlib.sha256(source).hexdigest()[:16]}-{name}"
     if target.exists():
         return target
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise RuntimeUnavailable("no C compiler found: install gcc and libc6-dev to build the exec agent")
     cache_dir.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".{os.getpid()}.tmp")
+    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     result = subprocess.run(
-        [compiler, "-static", "-O2", "-Wall", "-o", str(partial), str(SOURCE)],
+        [compiler, *flags, "-O2", "-Wall", "-o", str(partial), str(source_path)],
         capture_output=True, text=True,
     )
     if result.returncode != 0:
-        raise RuntimeUnavailable(f"building the exec agent failed (is libc6-dev installed?):\n{result.stderr}")
+        raise RuntimeUnavailable(f"building {name} failed (is libc6-dev installed?):\n{result.stderr}")
     os.replace(partial, target)
     return target

@@ -40,6 +40,7 @@
 #define VERSION "rollbox-agent 1"
 
 extern char **environ;
+static char self_exe[256];
 
 struct request {
     char **argv, **envp;
@@ -189,28 +190,55 @@ fail:;
     _exit(status);
 }
 
+/* Reads a process's parent and start time (clock ticks since boot) from /proc. */
+static int read_stat(pid_t pid, int *ppid, unsigned long long *start) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *close_paren = strrchr(buf, ')');
+    if (!close_paren) return -1;
+    /* Fields after the command name: state(3) ppid(4) ... starttime(22). */
+    return sscanf(close_paren + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                  ppid, start) == 2 ? 0 : -1;
+}
+
 static int is_descendant(pid_t pid, pid_t root) {
+    unsigned long long start;
     for (int depth = 0; depth < 4096 && pid > 1; depth++) {
-        char path[64], buf[512];
-        snprintf(path, sizeof path, "/proc/%d/stat", pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return 0;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0) return 0;
-        buf[n] = 0;
-        char *close_paren = strrchr(buf, ')');
         int ppid;
-        if (!close_paren || sscanf(close_paren + 2, "%*c %d", &ppid) != 1) return 0;
+        if (read_stat(pid, &ppid, &start) < 0) return 0;
         if (ppid == root) return 1;
         pid = ppid;
     }
     return 0;
 }
 
+static int is_agent(pid_t pid) {
+    char path[64], exe[256];
+    snprintf(path, sizeof path, "/proc/%d/exe", pid);
+    ssize_t n = readlink(path, exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = 0;
+    return strcmp(exe, self_exe) == 0;
+}
+
+/* Where child subreapers are missing (gVisor), a process that escaped with setsid() or a double
+ * fork is reparented to the agent and no longer descends from us: count such orphans as ours when
+ * they started after this command did. */
+static int is_late_orphan(pid_t pid, unsigned long long since) {
+    int ppid;
+    unsigned long long start;
+    return read_stat(pid, &ppid, &start) == 0 && ppid == 1 && start >= since && !is_agent(pid);
+}
+
 /* Kills the command's process group and every process that descends from this handler. We are a
  * child subreaper, so even processes that called setsid() or double-forked still descend from us. */
-static void kill_tree(pid_t pgid) {
+static void kill_tree(pid_t pgid, int subreaper, unsigned long long since) {
     pid_t self = getpid();
     kill(-pgid, SIGKILL);
     for (int round = 0; round < 200; round++) {
@@ -220,7 +248,7 @@ static void kill_tree(pid_t pgid) {
         struct dirent *entry;
         while ((entry = readdir(proc))) {
             pid_t pid = (pid_t)atoi(entry->d_name);
-            if (pid > 1 && pid != self && is_descendant(pid, self)) {
+            if (pid > 1 && pid != self && (is_descendant(pid, self) || (!subreaper && is_late_orphan(pid, since)))) {
                 kill(pid, SIGKILL);
                 found = 1;
             }
@@ -262,7 +290,10 @@ static void run_request(int conn, struct request *rq, int sigfd) {
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) ||
         pipe2(report, O_CLOEXEC))
         die("pipe");
-    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    int subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
+    int unused;
+    unsigned long long since = 0;
+    read_stat(getpid(), &unused, &since);
     pid_t pid = fork();
     if (pid < 0) {
         const char *msg = "rollbox-agent: fork failed (process limit reached?)\n";
@@ -319,7 +350,7 @@ static void run_request(int conn, struct request *rq, int sigfd) {
         if (ready < 0 && errno != EINTR) die("poll");
         if (deadline && now_ms() >= deadline) {
             timed_out = 1;
-            kill_tree(pid);
+            kill_tree(pid, subreaper, since);
             break;
         }
         for (int i = 0; i < 2; i++)
@@ -340,7 +371,7 @@ static void run_request(int conn, struct request *rq, int sigfd) {
             if (type < 0) {
                 /* The host went away: nobody will read the result, so stop the command. */
                 conn_open = 0;
-                kill_tree(pid);
+                kill_tree(pid, subreaper, since);
                 break;
             }
             if (type == 'i') append_stdin(rq, data, len);
@@ -446,6 +477,8 @@ int main(int argc, char **argv) {
         dprintf(2, "usage: %s --fd N | --path SOCKET\n", argv[0]);
         return 2;
     }
+    ssize_t length = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    self_exe[length > 0 ? length : 0] = 0;
     fcntl(listener, F_SETFD, FD_CLOEXEC);
     set_nonblock(listener);
     for (int fd = 3; fd < 1024; fd++)
