@@ -1,0 +1,77 @@
+"""The embedded default for the main job, benchmarks and tests: `rollbox serve` on a free loopback port,
+in a child process (its own interpreter, so the server never competes with the trainer for the GIL),
+reached through the SDK like any remote router."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from rollbox.engine import Engine
+from rollbox.errors import RollboxError
+
+_SERVE = "import json, sys; from rollbox.server import serve; serve(**json.loads(sys.argv[1]))"
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+
+
+class LocalServer:
+    """`with LocalServer(data_dir) as server:` gives `server.url`; leaving stops it and deletes its sandboxes."""
+
+    def __init__(self, data_dir: str | Path, *, max_sandboxes: int = 128) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.max_sandboxes = max_sandboxes
+        self.url = ""
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> LocalServer:
+        port = _free_port()
+        options = {"data_dir": str(self.data_dir), "port": port, "max_sandboxes": self.max_sandboxes}
+        self._process = subprocess.Popen([sys.executable, "-c", _SERVE, json.dumps(options)],
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._healthy():
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RollboxError(f"the embedded server on {self.url} did not start; see its output above")
+            time.sleep(0.05)
+        return self
+
+    def _healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def close(self) -> None:
+        """Stops the server, then deletes every sandbox and snapshot on its data (templates stay cached)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        with Engine(self.data_dir) as engine:
+            engine.destroy_all()
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
