@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -141,8 +142,14 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 def cmd_serve(args: argparse.Namespace) -> None:
     from rollbox.server import serve
 
+    # uvicorn shuts down gracefully on SIGTERM, then raises it again; exiting then lets serve() close the node.
+    signal.signal(signal.SIGTERM, _exit)
     limits = {} if args.max_sandboxes is None else {"max_sandboxes": args.max_sandboxes}
     serve(data_dir=args.data_dir, host=args.host, port=args.port, tokens=_pairs(args.token, "TENANT=TOKEN"), **limits)
+
+
+def _exit(*_: object) -> None:
+    raise SystemExit(0)
 
 
 # -- apply ------------------------------------------------------------------------------------
@@ -290,12 +297,12 @@ def cmd_delete(args: argparse.Namespace) -> None:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    sandbox = _client(args).get_sandbox(args.sandbox)
+    env = _pairs(args.env, "an environment variable") or None
     command: str | list[str] = args.command[0] if len(args.command) == 1 else args.command
+    sandbox = _client(args).get_sandbox(args.sandbox)
     result = sandbox.commands.run(
-        command, timeout=args.timeout, env=_pairs(args.env, "an environment variable") or None, cwd=args.cwd,
-        user=args.user, stdin=sys.stdin.read() if args.stdin else None,
-        on_stdout=_writer(sys.stdout), on_stderr=_writer(sys.stderr),
+        command, timeout=args.timeout, env=env, cwd=args.cwd, user=args.user,
+        stdin=sys.stdin.read() if args.stdin else None, on_stdout=_writer(sys.stdout), on_stderr=_writer(sys.stderr),
     )
     if result.timed_out:
         err.print(f"rollbox: the command timed out after {args.timeout:g}s and was killed", markup=False)

@@ -1,0 +1,193 @@
+"""The `rollbox` command, run as a user runs it (a subprocess of .venv/bin/rollbox) against a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rollbox.cli import BENCH
+from rollbox.client import SandboxClient
+from rollbox.engine import Engine
+from tests.conftest import teardown_engine
+from tests.test_client import TEMPLATE, TOKENS, router
+
+ROLLBOX = Path(sys.executable).with_name("rollbox")
+RESOURCES = TEMPLATE.replace("name: basic", "name: cli-basic") + """\
+---
+apiVersion: rollbox.dev/v1alpha1
+kind: SandboxWarmPool
+metadata: {name: cli-pool}
+spec: {replicas: 1, sandboxTemplateRef: {name: cli-basic}}
+"""
+
+
+def rollbox(*args: str, url: str, token: str = "alice-token", stdin: str | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ROLLBOX_URL": url, "ROLLBOX_TOKEN": token}
+    return subprocess.run([str(ROLLBOX), *args], capture_output=True, text=True, input=stdin, env=env,
+                          timeout=timeout)
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """What a user mistake must look like: non-zero exit, one line on stderr, no traceback."""
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rollbox: "), done.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with router(tmp_path_factory.mktemp("cli-router"), TOKENS) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> Iterator[SandboxClient]:
+    with SandboxClient(url, token="alice-token") as client:
+        client.apply(TEMPLATE)
+        yield client
+
+
+def test_apply_then_get_and_delete_resources(url: str, tmp_path: Path) -> None:
+    path = tmp_path / "resources.yaml"
+    path.write_text(RESOURCES)
+    done = rollbox("apply", "-f", str(path), url=url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["template/cli-basic created", "warmpool/cli-pool created"]
+    assert rollbox("apply", "-f", "-", url=url, stdin=RESOURCES).stdout.splitlines() == [
+        "template/cli-basic unchanged", "warmpool/cli-pool unchanged"]
+
+    table = rollbox("get", "templates", url=url).stdout
+    assert table.split()[:5] == ["NAME", "BASE", "RUNTIME", "STEPS", "AGE"]
+    assert any(line.split()[:4] == ["cli-basic", "host", "runc", "1"] for line in table.splitlines())
+    (template,) = json.loads(rollbox("get", "template", "cli-basic", "-o", "json", url=url).stdout)
+    assert template["name"] == "cli-basic" and template["spec"]["runtime"] == "runc"
+    (pool,) = yaml.safe_load(rollbox("get", "pool", "cli-pool", "-o", "yaml", url=url).stdout)
+    assert (pool["template"], pool["replicas"]) == ("cli-basic", 1)
+    assert "cli-pool" in rollbox("get", "warmpools", url=url).stdout
+
+    assert rollbox("delete", "warmpool", "cli-pool", url=url).stdout == "warmpool/cli-pool deleted\n"
+    assert rollbox("delete", "templates", "cli-basic", url=url).stdout == "template/cli-basic deleted\n"
+    assert "template 'cli-basic'" in one_line_error(rollbox("get", "template", "cli-basic", url=url))
+
+
+def test_apply_errors_are_one_line(url: str, tmp_path: Path) -> None:
+    assert "cannot read" in one_line_error(rollbox("apply", "-f", str(tmp_path / "missing.yaml"), url=url))
+    broken = RESOURCES.replace("replicas: 1", "replicas: many")
+    assert "spec.replicas" in one_line_error(rollbox("apply", "-f", "-", url=url, stdin=broken))
+    failing = TEMPLATE.replace("name: basic", "name: cli-broken").replace("mkdir", "exit 7; mkdir")
+    assert "cli-broken" in one_line_error(rollbox("apply", "-f", "-", url=url, stdin=failing))
+
+
+def test_ls_get_and_delete_sandboxes_and_snapshots(url: str, client: SandboxClient) -> None:
+    sandbox = client.create_sandbox(template="basic")
+    listed = rollbox("ls", url=url).stdout.splitlines()
+    assert listed[0].split()[:4] == ["ID", "TEMPLATE", "WARMPOOL", "STATE"]
+    assert [sandbox.id, "basic", "-", "running"] in [line.split()[:4] for line in listed[1:]]
+    (shown,) = json.loads(rollbox("get", "sandbox", sandbox.id, "-o", "json", url=url).stdout)
+    assert (shown["id"], shown["tenant"]) == (sandbox.id, "alice")
+    assert sandbox.id not in rollbox("ls", url=url, token="bob-token").stdout
+
+    sandbox.snapshot("cli-snap")
+    assert "cli-snap" in rollbox("get", "snapshots", url=url).stdout
+    assert rollbox("delete", "snapshot", "cli-snap", url=url).stdout == "snapshot/cli-snap deleted\n"
+    assert "cli-snap" in one_line_error(rollbox("get", "snapshot", "cli-snap", url=url))
+
+    assert rollbox("delete", "sandbox", sandbox.id, url=url).stdout == f"sandbox/{sandbox.id} deleted\n"
+    assert sandbox.id not in rollbox("ls", url=url).stdout
+    assert "not a kind" in one_line_error(rollbox("get", "gadgets", url=url))
+
+
+def test_exec_streams_output_and_exits_with_the_command_code(url: str, client: SandboxClient) -> None:
+    with client.create_sandbox(template="basic") as sandbox:
+        done = rollbox("exec", sandbox.id, "--", "sh", "-c", "echo out; echo err >&2; exit 5", url=url)
+        assert (done.returncode, done.stdout, done.stderr) == (5, "out\n", "err\n")
+        assert rollbox("exec", sandbox.id, "--", "echo $((2 + 3)) | tr 5 V", url=url).stdout == "V\n"
+        options = rollbox("exec", "-e", "X=1", "-w", "/tmp", "-i", sandbox.id, "--", "echo $X; pwd; cat", url=url,
+                          stdin="from stdin")
+        assert options.stdout == "1\n/tmp\nfrom stdin"
+        slow = rollbox("exec", "--timeout", "0.5", sandbox.id, "--", "sleep", "10", url=url)
+        assert slow.returncode == 124 and "timed out after 0.5s" in slow.stderr
+    assert "does not exist" in one_line_error(rollbox("exec", sandbox.id, "--", "true", url=url))
+
+
+def test_an_unreachable_server_or_a_bad_token_is_one_line(url: str) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    assert "cannot reach the rollbox server" in one_line_error(rollbox("ls", url=nowhere))
+    assert "token" in one_line_error(rollbox("ls", url=url, token="wrong"))
+    assert "KEY=VALUE" in one_line_error(rollbox("exec", "-e", "novalue", "some-id", "--", "true", url=url))
+
+
+def test_bench_is_a_thin_hook(url: str) -> None:
+    if BENCH.exists():
+        pytest.skip("bench/server.py exists; its own tests run it")
+    assert "comes with the source checkout" in one_line_error(rollbox("bench", url=url))
+
+
+def _cleanup(data_dir: Path) -> None:
+    """Removes what a `rollbox` process left under `data_dir` (its engine's mounts, cgroups, run dir)."""
+    if (data_dir / "state.db").exists():
+        teardown_engine(Engine(data_dir))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_serve_answers_until_terminated(tmp_path: Path) -> None:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([str(ROLLBOX), "serve", "--data-dir", str(tmp_path / "data"), "--port", str(port),
+                               "--token", "alice=alice-token", "--max-sandboxes", "4"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while rollbox("get", "templates", url=url).returncode != 0:
+            assert server.poll() is None, server.communicate()
+            assert time.monotonic() < deadline, "rollbox serve never answered"
+            time.sleep(0.2)
+        assert "token" in one_line_error(rollbox("ls", url=url, token="bob-token"))
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0, server.communicate()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        _cleanup(tmp_path / "data")
+
+
+def test_serve_refuses_to_listen_openly_off_loopback(tmp_path: Path) -> None:
+    done = subprocess.run([str(ROLLBOX), "serve", "--data-dir", str(tmp_path / "data"), "--host", "0.0.0.0"],
+                          capture_output=True, text=True, timeout=60)
+    try:
+        assert "without tokens" in one_line_error(done)
+    finally:
+        _cleanup(tmp_path / "data")
+
+
+def test_demo_runs_an_episode_end_to_end(tmp_path: Path) -> None:
+    try:
+        done = subprocess.run([str(ROLLBOX), "demo", "--data-dir", str(tmp_path / "data")], capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert "exit 1, AssertionError: add(2, 3) gave -1, not 5" in lines[2]
+        assert "exit 0, checks pass" in lines[4]
+        assert "every sandbox deleted" in lines[-1]
+    finally:
+        _cleanup(tmp_path / "data")
