@@ -44,17 +44,19 @@ log = logging.getLogger("rollbox.node")
 
 FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 MAX_FORK = 64
+ROOM_WAIT = 10.0
 
 
 class LocalNode:
     """The `Node` of this machine. Thread-safe; one per engine.
 
     `max_sandboxes` caps every sandbox on the node (claimed, warm, starting, being deleted);
-    `tenant_quota` caps the claims one tenant holds at once.
+    `tenant_quota` caps the claims one tenant holds at once; `cold_starts` caps the claims starting a
+    sandbox at the same time (the others wait their turn).
     """
 
     def __init__(self, engine: Engine, *, max_sandboxes: int = 64, tenant_quota: int | None = None,
-                 tick: float = 0.2) -> None:
+                 cold_starts: int = 8, tick: float = 0.2) -> None:
         self.engine = engine
         self.max_sandboxes = max_sandboxes
         self.tenant_quota = tenant_quota
@@ -64,7 +66,14 @@ class LocalNode:
         self._tenants: Counter[str] = Counter()
         self._pools: dict[str, WarmPool] = {}
         self._count = 0
-        self._background = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rollbox-node")
+        """Sandboxes on the node: claimed, warm, starting and being deleted."""
+        self._deleting = 0
+        self._room = threading.Condition(self._lock)
+        # Starting sandboxes costs CPU (runtime, mounts); more at once than the machine runs only slows
+        # every one down. Deleting gets its own workers so that freed room comes back while starts queue.
+        self._starts = threading.BoundedSemaphore(cold_starts)
+        self._starter = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rollbox-refill")
+        self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rollbox-delete")
         self._closed = threading.Event()
         self._recover()
         self._sweeper = threading.Thread(target=self._sweep, args=(tick,), name="rollbox-sweeper", daemon=True)
@@ -153,7 +162,7 @@ class LocalNode:
 
     def _new_pool(self, resource: SandboxWarmPool, ready: list[str]) -> WarmPool:
         return WarmPool(resource, self._launch, lambda sandbox_id: self._discard([sandbox_id]),
-                        self._background.submit, ready)
+                        self._starter.submit, ready)
 
     def _launch(self, pool: WarmPool) -> str:
         self._reserve(1)
@@ -168,14 +177,13 @@ class LocalNode:
     # -- claims -----------------------------------------------------------------------------
 
     async def claim(self, tenant: str, request: ClaimRequest) -> ClaimInfo:
-        return await to_thread.run_sync(self._claim, tenant, request)
-
-    def _claim(self, tenant: str, request: ClaimRequest) -> ClaimInfo:
+        """Takes a warm sandbox on the event loop (microseconds); only a cold start goes to a thread."""
         template = self._claim_template(request)
         snapshot = _snapshot_key(tenant, request.snapshot) if request.snapshot else None
         self._take_quota(tenant, 1)
         try:
-            sandbox_id, pooled = self._fresh(template, snapshot, request.warmpool)
+            warm = None if snapshot else self._take_warm(template, request.warmpool)
+            sandbox_id = warm or await to_thread.run_sync(self._start_cold, template, snapshot)
             now = time.time()
             claim = Claim(
                 id=secrets.token_hex(8), tenant=tenant, sandbox_id=sandbox_id, created_at=now,
@@ -186,7 +194,7 @@ class LocalNode:
                 last_used=time.monotonic(),
             )
             try:
-                self.store.put_claims([claim], from_pool=sandbox_id if pooled else None)
+                self.store.put_claims([claim], from_pool=warm)
             except BaseException:
                 self._discard([sandbox_id])
                 raise
@@ -213,21 +221,26 @@ class LocalNode:
             raise InvalidRequest("give a template, a warm pool or a snapshot to create a sandbox from")
         return request.template
 
-    def _fresh(self, template: str | None, snapshot: str | None, warmpool: str | None) -> tuple[str, bool]:
-        """A ready sandbox of this baseline and whether it came from a pool: warm if one has it, else cold."""
+    def _take_warm(self, template: str | None, warmpool: str | None) -> str | None:
+        """A ready sandbox of `template` from its pools (`warmpool` first), or None when they are empty."""
+        pools = [pool for pool in list(self._pools.values()) if pool.template == template]
+        pools.sort(key=lambda pool: pool.name != warmpool)
+        for pool in pools:
+            sandbox_id = pool.take()
+            if sandbox_id is not None:
+                return sandbox_id
+        return None
+
+    def _start_cold(self, template: str | None, snapshot: str | None) -> str:
         if snapshot is None:
-            pools = sorted((p for p in list(self._pools.values()) if p.template == template),
-                           key=lambda p: p.name != warmpool)
-            for pool in pools:
-                sandbox_id = pool.take()
-                if sandbox_id is not None:
-                    return sandbox_id, True
-        self._reserve_or_evict()
-        try:
-            return self.engine.create(template, snapshot=snapshot).id, False
-        except BaseException:
-            self._release(1)
-            raise
+            self.engine.template(template)  # type: ignore[arg-type]  # an unknown one fails before taking room
+        with self._starts:
+            self._reserve_or_evict()
+            try:
+                return self.engine.create(template, snapshot=snapshot).id
+            except BaseException:
+                self._release(1)
+                raise
 
     async def claims(self, tenant: str) -> list[ClaimInfo]:
         owned = [claim for claim in list(self._claims.values()) if claim.tenant == tenant]
@@ -312,8 +325,9 @@ class LocalNode:
     def _reset(self, claim: Claim) -> ClaimInfo:
         with self._using(claim), claim.lock:
             snapshot = _snapshot_key(claim.tenant, claim.snapshot) if claim.snapshot else None
+            warm = None if snapshot else self._take_warm(claim.template, claim.warmpool)
             try:
-                sandbox_id, pooled = self._fresh(claim.template, snapshot, claim.warmpool)
+                sandbox_id = warm or self._start_cold(claim.template, snapshot)
             except (CapacityExceeded, SnapshotNotFound):
                 # No room for a second sandbox, or its snapshot is gone: restart this one in place.
                 self._thaw(claim)
@@ -321,7 +335,7 @@ class LocalNode:
                 self.store.put_claims([claim])
                 return claim.info()
             old, claim.sandbox_id, claim.paused = claim.sandbox_id, sandbox_id, None
-            self.store.put_claims([claim], from_pool=sandbox_id if pooled else None)
+            self.store.put_claims([claim], from_pool=warm)
         self._delete_later(old)
         return claim.info()
 
@@ -417,29 +431,38 @@ class LocalNode:
 
     # -- capacity ---------------------------------------------------------------------------
 
-    def _reserve(self, count: int) -> None:
-        with self._lock:
-            if self._count + count > self.max_sandboxes:
-                raise CapacityExceeded(f"this node is at its maximum of {self.max_sandboxes} sandboxes: "
-                                       "delete sandboxes or warm pools, or retry later")
+    def _reserve(self, count: int, wait: bool = True) -> None:
+        """Takes room for `count` sandboxes. A full node fails at once, unless deletions under way
+        will free room: then it waits for them, at most ROOM_WAIT seconds."""
+        deadline = time.monotonic() + ROOM_WAIT
+        with self._room:
+            while self._count + count > self.max_sandboxes:
+                left = deadline - time.monotonic()
+                if not wait or not self._deleting or left <= 0:
+                    raise CapacityExceeded(f"this node is at its maximum of {self.max_sandboxes} sandboxes: "
+                                           "delete sandboxes or warm pools, or retry later")
+                self._room.wait(left)
             self._count += count
 
     def _reserve_or_evict(self) -> None:
         """Makes room for a cold start, taking a slot from some pool's ready sandbox when the node is full."""
         try:
-            self._reserve(1)
+            self._reserve(1, wait=False)
+            return
         except CapacityExceeded:
             for pool in list(self._pools.values()):
                 victim = pool.take()
                 if victim is not None:
                     self.store.remove_pool_sandboxes([victim])
-                    self._background.submit(self._delete_now, victim)  # its slot passes to the caller
+                    self._deleter.submit(self._delete_now, victim)  # its slot passes to the caller
                     return
-            raise
+        self._reserve(1)
 
-    def _release(self, count: int) -> None:
-        with self._lock:
+    def _release(self, count: int, deleted: bool = False) -> None:
+        with self._room:
             self._count -= count
+            self._deleting -= int(deleted)
+            self._room.notify_all()
         for pool in list(self._pools.values()):
             pool.wake()
 
@@ -468,10 +491,13 @@ class LocalNode:
             try:
                 self._delete_now(sandbox_id)
             finally:
-                self._release(1)
+                self._release(1, deleted=True)
+
+        with self._lock:
+            self._deleting += 1
 
         try:
-            self._background.submit(delete)
+            self._deleter.submit(delete)
         except RuntimeError:  # closing: delete it here
             delete()
 
@@ -559,7 +585,8 @@ class LocalNode:
         self._sweeper.join()
         for pool in list(self._pools.values()):
             pool.close()
-        self._background.shutdown(wait=True)
+        self._starter.shutdown(wait=True)
+        self._deleter.shutdown(wait=True)
         self.store.close()
 
 

@@ -12,6 +12,9 @@ from rollbox.errors import InvalidRequest
 from rollbox.node import LocalNode
 from rollbox.server.app import DEFAULT_MAX_BODY, create_app
 
+KEEP_ALIVE = 75.0
+"""Seconds an idle connection stays open: longer than clients' pools keep them, so a request never races a close."""
+
 
 def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port: int = 8080,
           tokens: dict[str, str] | None = None, max_sandboxes: int = 64, *, tenant_quota: int | None = None,
@@ -25,7 +28,7 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
         node = LocalNode(engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota)
         try:
             uvicorn.run(create_app(node, tokens, max_body=max_body), host=host, port=port, log_level=log_level,
-                        access_log=False)
+                        access_log=False, timeout_keep_alive=KEEP_ALIVE)
         finally:
             node.close()
     finally:

@@ -1,0 +1,284 @@
+"""The node over a real engine: warm pools, claims, reset, fork, snapshots, idle pause, TTL, quotas, restarts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rollbox.engine import Engine
+from rollbox.errors import (
+    CapacityExceeded,
+    Conflict,
+    NotFound,
+    SandboxNotFound,
+    SandboxNotRunning,
+    TemplateNotFound,
+)
+from rollbox.node import ClaimRequest, ExecRequest, LocalNode
+from rollbox.spec import SandboxTemplate, SandboxWarmPool, parse_resource
+from tests.conftest import BASIC, make_engine, teardown_engine
+
+pytestmark = pytest.mark.anyio
+TEMPLATE = SandboxTemplate.model_validate(BASIC)
+
+
+def pool(name: str = "basic-pool", replicas: int = 2, template: str = "basic") -> SandboxWarmPool:
+    return SandboxWarmPool.model_validate({"metadata": {"name": name}, "spec": {
+        "replicas": replicas, "sandboxTemplateRef": {"name": template}}})
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    engine = make_engine(tmp_path_factory.mktemp("node"))
+    engine.build(TEMPLATE)
+    yield engine
+    teardown_engine(engine)
+
+
+@pytest.fixture
+async def node(engine: Engine) -> AsyncIterator[LocalNode]:
+    node = LocalNode(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)
+    yield node
+    node.close()
+    engine.destroy_all()
+    for path in Path(engine.data_dir).glob("node.db*"):
+        path.unlink()
+
+
+async def until(condition, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await anyio.sleep(0.05)
+
+
+async def filled(node: LocalNode, name: str = "basic-pool") -> None:
+    async def full() -> bool:
+        info = await node.warmpool(name)
+        return info.ready == info.replicas
+    await until(full)
+
+
+async def run(node: LocalNode, tenant: str, claim_id: str, command: str) -> str:
+    result = await node.exec(tenant, claim_id, ExecRequest(command=command))
+    assert result.exit_code == 0, result
+    return result.stdout
+
+
+async def test_apply_reports_created_unchanged_configured(node: LocalNode) -> None:
+    assert await node.apply(TEMPLATE, print) == "unchanged"  # built by the module fixture already
+    assert await node.apply(pool(replicas=1), print) == "created"
+    assert await node.apply(pool(replicas=1), print) == "unchanged"
+    assert await node.apply(pool(replicas=2), print) == "configured"
+    await filled(node)
+    with pytest.raises(TemplateNotFound):
+        await node.apply(pool("other", template="missing"), print)
+
+
+async def test_claim_takes_a_ready_sandbox_from_the_pool(node: LocalNode, engine: Engine) -> None:
+    await node.apply(pool(replicas=2), print)
+    await filled(node)
+    ready = set(node._pools["basic-pool"].ready)
+    started = time.perf_counter()
+    claim = await node.claim("alice", ClaimRequest(warmpool="basic-pool"))
+    assert time.perf_counter() - started < 0.05
+    assert node._claims[claim.id].sandbox_id in ready
+    assert (claim.template, claim.warmpool, claim.tenant, claim.state) == ("basic", "basic-pool", "alice", "running")
+    assert await run(node, "alice", claim.id, "cat /opt/data/file") == "baseline\n"
+    await filled(node)  # refilled in the background
+
+
+async def test_empty_pool_falls_back_to_a_cold_start(node: LocalNode) -> None:
+    await node.apply(pool(replicas=0), print)
+    claim = await node.claim("alice", ClaimRequest(warmpool="basic-pool", env={"GREETING": "hi"}))
+    assert await run(node, "alice", claim.id, "echo $GREETING") == "hi\n"
+    cold = await node.claim("alice", ClaimRequest(template="basic"))
+    assert await run(node, "alice", cold.id, "cat /opt/data/file") == "baseline\n"
+
+
+async def test_unknown_sources_fail_clearly(node: LocalNode) -> None:
+    with pytest.raises(TemplateNotFound):
+        await node.claim("alice", ClaimRequest(template="missing"))
+    with pytest.raises(NotFound):  # NotFound: no such warm pool
+        await node.claim("alice", ClaimRequest(warmpool="missing"))
+    assert (await node.health())["sandboxes"] == 0
+
+
+async def test_full_node_fails_at_once_and_quota_is_per_tenant(node: LocalNode) -> None:
+    node.max_sandboxes = 3
+    claims = [await node.claim("alice", ClaimRequest(template="basic")) for _ in range(3)]
+    started = time.perf_counter()
+    with pytest.raises(CapacityExceeded):
+        await node.claim("bob", ClaimRequest(template="basic"))
+    assert time.perf_counter() - started < 1
+    node.max_sandboxes = 12
+    claims += [await node.claim("alice", ClaimRequest(template="basic")) for _ in range(3)]
+    with pytest.raises(CapacityExceeded, match="quota"):
+        await node.claim("alice", ClaimRequest(template="basic"))
+    await node.claim("bob", ClaimRequest(template="basic"))
+    await node.delete("alice", claims[0].id)
+    await node.claim("alice", ClaimRequest(template="basic"))
+
+
+async def test_a_full_node_evicts_a_warm_sandbox_for_a_cold_claim(node: LocalNode, engine: Engine) -> None:
+    other = SandboxTemplate.model_validate({"metadata": {"name": "other"}})
+    await node.apply(other, print)
+    await node.apply(pool(replicas=2, template="other", name="other-pool"), print)
+    await filled(node, "other-pool")
+    node.max_sandboxes = 2
+    claim = await node.claim("alice", ClaimRequest(template="basic"))
+    assert await run(node, "alice", claim.id, "cat /opt/data/file") == "baseline\n"
+    await node.delete_warmpool("other-pool")
+    await node.delete_template("other")
+
+
+async def test_tenants_do_not_see_each_other(node: LocalNode) -> None:
+    claim = await node.claim("alice", ClaimRequest(template="basic"))
+    for call in (node.get("bob", claim.id), node.delete("bob", claim.id), node.reset("bob", claim.id),
+                 node.exec("bob", claim.id, ExecRequest(command="true")), node.files("bob", claim.id, "list", "/")):
+        with pytest.raises(SandboxNotFound):
+            await call
+    assert await node.claims("bob") == []
+    assert [c.id for c in await node.claims("alice")] == [claim.id]
+
+
+async def test_reset_keeps_the_id_and_brings_the_baseline_back(node: LocalNode, engine: Engine) -> None:
+    await node.apply(pool(replicas=1), print)
+    await filled(node)
+    claim = await node.claim("alice", ClaimRequest(warmpool="basic-pool"))
+    await run(node, "alice", claim.id, "touch ~/new")
+    old = node._claims[claim.id].sandbox_id
+    await filled(node)
+    started = time.perf_counter()
+    again = await node.reset("alice", claim.id)
+    assert time.perf_counter() - started < 0.1  # a warm sandbox swapped in
+    assert again.id == claim.id
+    assert await run(node, "alice", claim.id, "cat /opt/data/file; ls ~") == "baseline\n"
+
+    async def old_gone() -> bool:
+        return old not in {info.id for info in engine.list()}
+    await until(old_gone)
+
+
+async def test_reset_without_room_restarts_in_place(node: LocalNode) -> None:
+    node.max_sandboxes = 1
+    claim = await node.claim("alice", ClaimRequest(template="basic"))
+    await run(node, "alice", claim.id, "touch ~/new")
+    await node.reset("alice", claim.id)
+    assert await run(node, "alice", claim.id, "ls ~") == ""
+
+
+async def test_fork_gives_new_claims_with_the_parents_files(node: LocalNode) -> None:
+    parent = await node.claim("alice", ClaimRequest(template="basic", labels={"episode": "1"}))
+    await run(node, "alice", parent.id, "echo state > ~/state")
+    children = await node.fork("alice", parent.id, 2)
+    assert len({c.id for c in children}) == 2
+    for child in children:
+        assert (child.parent, child.tenant, child.labels) == (parent.id, "alice", {"episode": "1"})
+        assert await run(node, "alice", child.id, "cat ~/state") == "state\n"
+    await run(node, "alice", children[0].id, "echo mine > ~/state")
+    assert await run(node, "alice", children[1].id, "cat ~/state") == "state\n"
+    await node.reset("alice", children[0].id)  # back to the template, like its parent would
+    assert await run(node, "alice", children[0].id, "ls ~") == ""
+    with pytest.raises(CapacityExceeded):
+        await node.fork("alice", parent.id, 5)  # quota 6: three held
+
+
+async def test_snapshots_belong_to_their_tenant(node: LocalNode) -> None:
+    claim = await node.claim("alice", ClaimRequest(template="basic"))
+    await run(node, "alice", claim.id, "echo saved > ~/saved")
+    info = await node.snapshot("alice", claim.id, "step-1")
+    assert (info.name, info.template, info.source) == ("step-1", "basic", claim.id)
+    assert [s.name for s in await node.snapshots("alice")] == ["step-1"]
+    assert await node.snapshots("bob") == []
+    restored = await node.claim("alice", ClaimRequest(snapshot="step-1"))
+    assert restored.snapshot == "step-1" and restored.template == "basic"
+    await run(node, "alice", restored.id, "rm ~/saved")
+    await node.reset("alice", restored.id)
+    assert await run(node, "alice", restored.id, "cat ~/saved") == "saved\n"
+    with pytest.raises(NotFound):
+        await node.claim("bob", ClaimRequest(snapshot="step-1"))
+    await node.delete_snapshot("alice", "step-1")
+    assert await node.snapshots("alice") == []
+    assert await run(node, "alice", restored.id, "cat ~/saved") == "saved\n"
+
+
+async def test_pause_and_resume(node: LocalNode) -> None:
+    claim = await node.claim("alice", ClaimRequest(template="basic"))
+    assert (await node.pause("alice", claim.id)).state == "paused"
+    with pytest.raises(SandboxNotRunning):
+        await node.exec("alice", claim.id, ExecRequest(command="true"))
+    assert (await node.resume("alice", claim.id)).state == "running"
+    assert await run(node, "alice", claim.id, "echo ok") == "ok\n"
+
+
+async def test_idle_sandboxes_pause_and_wake_on_the_next_call(node: LocalNode, engine: Engine) -> None:
+    claim = await node.claim("alice", ClaimRequest(template="basic", idle_pause_after=0.3))
+    sandbox_id = node._claims[claim.id].sandbox_id
+    busy = node.exec("alice", claim.id, ExecRequest(command="sleep 0.8; echo done"))
+    assert (await busy).stdout == "done\n"  # a running command keeps it awake
+
+    async def paused() -> bool:
+        return (await node.get("alice", claim.id)).state == "paused"
+    await until(paused)
+    assert engine.info(sandbox_id).state == "paused"
+    assert await run(node, "alice", claim.id, "echo awake") == "awake\n"
+    assert (await node.get("alice", claim.id)).state == "running"
+
+
+async def test_claims_expire(node: LocalNode, engine: Engine) -> None:
+    claim = await node.claim("alice", ClaimRequest(template="basic", shutdown_after=0.3))
+    assert claim.expires_at is not None
+    sandbox_id = node._claims[claim.id].sandbox_id
+
+    async def gone() -> bool:
+        return sandbox_id not in {info.id for info in engine.list()}
+    await until(gone)
+    with pytest.raises(SandboxNotFound):
+        await node.get("alice", claim.id)
+
+
+async def test_changed_template_replaces_warm_sandboxes(node: LocalNode, engine: Engine, tmp_path: Path) -> None:
+    (tmp_path / "hello.txt").write_text("one\n")
+    document = {"kind": "SandboxTemplate", "metadata": {"name": "copied"},
+                "spec": {"steps": [{"copy": {"src": "hello.txt", "dest": "/opt/hello.txt"}}]}}
+    assert await node.apply(parse_resource(document, str(tmp_path)), print) == "created"
+    assert await node.apply(parse_resource(document, str(tmp_path)), print) == "unchanged"
+    await node.apply(pool("copied-pool", replicas=1, template="copied"), print)
+    await filled(node, "copied-pool")
+    (tmp_path / "hello.txt").write_text("two\n")
+    assert await node.apply(parse_resource(document, str(tmp_path)), print) == "configured"
+    await filled(node, "copied-pool")
+    claim = await node.claim("alice", ClaimRequest(warmpool="copied-pool"))
+    assert await run(node, "alice", claim.id, "cat /opt/hello.txt") == "two\n"
+    with pytest.raises(Conflict):
+        await node.delete_template("copied")
+    await node.delete_warmpool("copied-pool")
+    await node.delete_template("copied")
+
+
+async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode, engine: Engine) -> None:
+    await node.apply(pool(replicas=2), print)
+    await filled(node)
+    kept = await node.claim("alice", ClaimRequest(warmpool="basic-pool", idle_pause_after=0.2))
+    await run(node, "alice", kept.id, "echo mine > ~/mine")
+    await anyio.sleep(0.5)
+    assert (await node.get("alice", kept.id)).state == "paused"
+    ready = set(node._pools["basic-pool"].ready)
+    node.close()
+    again = LocalNode(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)
+    try:
+        assert set(again._pools["basic-pool"].ready) == ready
+        assert await run(again, "alice", kept.id, "cat ~/mine") == "mine\n"
+        assert [c.id for c in await again.claims("alice")] == [kept.id]
+    finally:
+        again.close()
