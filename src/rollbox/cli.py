@@ -29,7 +29,8 @@ from rich.table import Table
 from rollbox import errors
 from rollbox.client import ApplyEvent, Sandbox, SandboxClient
 from rollbox.client._http import DEFAULT_URL
-from rollbox.node import Node
+from rollbox.engine import DEFAULT_DATA_DIR, Engine
+from rollbox.node import LocalNode, Node
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "server.py"
 KINDS = {
@@ -53,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
         code = args.run(args)
-    except (errors.RollboxError, UsageError) as error:
+    except (errors.RollboxError, UsageError, OSError) as error:
         err.print(f"rollbox: {error}", markup=False, soft_wrap=True)
         code = 1
     except KeyboardInterrupt:
@@ -70,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     remote.add_argument("--token", default=os.environ.get("ROLLBOX_TOKEN"), help="bearer token (env ROLLBOX_TOKEN)")
 
     serve = commands.add_parser("serve", help="run the router and this machine's node")
-    serve.add_argument("--data-dir", default="/var/lib/rollbox", help="templates, layers and state (%(default)s)")
+    serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="templates, layers and state (%(default)s)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (%(default)s)")
     serve.add_argument("--token", action="append", default=[], metavar="TENANT=TOKEN",
@@ -117,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=cmd_bench)
 
     demo = commands.add_parser("demo", help="build an example template, start a sandbox, run a command in it")
-    demo.add_argument("--data-dir", default="/var/lib/rollbox", help="templates, layers and state (%(default)s)")
+    demo.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="templates, layers and state (%(default)s)")
     demo.set_defaults(run=cmd_demo)
     return parser
 
@@ -126,12 +127,12 @@ def _client(args: argparse.Namespace) -> SandboxClient:
     return SandboxClient(args.url, args.token)
 
 
-def _pairs(items: list[str], what: str) -> dict[str, str]:
+def _pairs(items: list[str], form: str) -> dict[str, str]:
     pairs = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise UsageError(f"{item!r} is not {what}: write it as KEY=VALUE")
+            raise UsageError(f"{item!r}: write it as {form}")
         pairs[key] = value
     return pairs
 
@@ -186,6 +187,8 @@ class _ApplyProgress:
         self.progress.stop()
 
     def update(self, event: ApplyEvent) -> None:
+        if event.name is None:
+            return
         label = _label(event)
         if label not in self.tasks:
             self.tasks[label] = self.progress.add_task("", total=None, resource=label)
@@ -297,7 +300,7 @@ def cmd_delete(args: argparse.Namespace) -> None:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    env = _pairs(args.env, "an environment variable") or None
+    env = _pairs(args.env, "KEY=VALUE") or None
     command: str | list[str] = args.command[0] if len(args.command) == 1 else args.command
     sandbox = _client(args).get_sandbox(args.sandbox)
     result = sandbox.commands.run(
@@ -382,9 +385,6 @@ DEMO_FIX = "def add(a, b):\n    return a + b\n"
 
 def cmd_demo(args: argparse.Namespace) -> None:
     """One episode in miniature, through the SDK and an embedded server: build, claim, run, fix, fork, reset."""
-    from rollbox.engine import Engine
-    from rollbox.node import LocalNode
-
     with Engine(args.data_dir) as engine:
         node = LocalNode(engine)
         try:
