@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from rollbox.errors import InvalidRequest
+from rollbox.rl.validation import describe
 
 
 class _Action(BaseModel):
@@ -90,8 +91,7 @@ def parse_action(raw: Any) -> Action:
     try:
         return _ADAPTER.validate_python(raw)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'action'}: {e['msg']}" for e in error.errors())
-        raise InvalidAction(f"not a valid tool call ({problems}); tools: "
+        raise InvalidAction(f"not a valid tool call ({describe(error, 'action')}); tools: "
                             f"{', '.join(t.model_fields['tool'].default for t in ACTION_TYPES)}") from None
 
 

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rollbox.errors import InvalidResource
+from rollbox.rl.validation import describe
 
 
 class _Model(BaseModel):
@@ -49,7 +50,7 @@ class Repo(_Model):
         return self
 
 
-class Tests(_Model):
+class HiddenTests(_Model):
     """The hidden tests. They enter the sandbox only at verification, over whatever the agent left."""
 
     files: dict[str, str] = Field(default_factory=dict)
@@ -66,7 +67,7 @@ class Tests(_Model):
     partial_credit: bool = False
 
     @model_validator(mode="after")
-    def _has_tests(self) -> Tests:
+    def _has_tests(self) -> HiddenTests:
         if not self.fail_to_pass:
             raise ValueError("tests.fail_to_pass lists at least one test")
         return self
@@ -84,7 +85,7 @@ class Task(_Model):
     """Shell commands run in `workdir` once the repository is in place."""
     setup_edits: tuple[Edit, ...] = ()
     """Edits applied after `setup`, e.g. the bug an example task plants."""
-    tests: Tests
+    tests: HiddenTests
     solution: tuple[Edit, ...] | str | None = None
     """The reference fix: edits, or a unified diff applied with `git apply`."""
     candidates: tuple[tuple[Edit, ...], ...] = ()
@@ -129,10 +130,15 @@ def parse_tasks(document: Any, base: Path, source: str = "tasks") -> list[Task]:
     for number, item in enumerate(items):
         try:
             tasks.append(_task(item, base))
-        except (ValidationError, ValueError, OSError) as error:
-            name = item.get("id", f"#{number}") if isinstance(item, dict) else f"#{number}"
-            raise InvalidResource(f"{source}: task {name}: {error}") from None
+        except ValidationError as error:
+            raise InvalidResource(f"{source}: task {_name(item, number)}: {describe(error, 'task')}") from None
+        except (ValueError, OSError) as error:
+            raise InvalidResource(f"{source}: task {_name(item, number)}: {error}") from None
     return tasks
+
+
+def _name(item: Any, number: int) -> str:
+    return str(item.get("id", f"#{number}")) if isinstance(item, dict) else f"#{number}"
 
 
 def _task(item: Any, base: Path) -> Task:

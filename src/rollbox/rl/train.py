@@ -62,6 +62,7 @@ class IterationStats(BaseModel):
     episodes: int
     success_rate: float
     """Resolved episodes among those that ran (errored ones are counted in `errors`)."""
+    mean_reward: float
     expected_success: float
     """The probability that the policy which played this iteration samples the reference fix."""
     episodes_per_s: float

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from rollbox.client import AsyncSandbox
-from rollbox.rl.tasks import Task, Tests
+from rollbox.rl.tasks import HiddenTests, Task
 
 Outcome = Literal["passed", "failed", "missing"]
 _SOURCE = resources.files("rollbox.rl").joinpath("testrun.py").read_text()
@@ -41,7 +41,7 @@ class Verdict(BaseModel):
                 f"PASS_TO_PASS {p2p}/{len(self.pass_to_pass)} passed")
 
 
-def judge(tests: Tests, outcomes: dict[str, Outcome], log: str = "") -> Verdict:
+def judge(tests: HiddenTests, outcomes: dict[str, Outcome], log: str = "") -> Verdict:
     """SWE-bench's rule: resolved only when all F2P pass and all P2P pass; partial credit is optional."""
     f2p = {test: outcomes.get(test, "missing") for test in tests.fail_to_pass}
     p2p = {test: outcomes.get(test, "missing") for test in tests.pass_to_pass}
