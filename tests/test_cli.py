@@ -65,8 +65,8 @@ def test_apply_then_get_and_delete_resources(url: str, tmp_path: Path) -> None:
     done = rollbox("apply", "-f", str(path), url=url)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["template/cli-basic created", "warmpool/cli-pool created"]
-    assert rollbox("apply", "-f", "-", url=url, stdin=RESOURCES).stdout.splitlines() == [
-        "template/cli-basic unchanged", "warmpool/cli-pool unchanged"]
+    assert rollbox("apply", "-f", "-", "--wait", url=url, stdin=RESOURCES).stdout.splitlines() == [
+        "template/cli-basic unchanged", "warmpool/cli-pool unchanged", "warmpool/cli-pool full"]
 
     table = rollbox("get", "templates", url=url).stdout
     assert table.split()[:5] == ["NAME", "BASE", "RUNTIME", "STEPS", "AGE"]
@@ -74,7 +74,7 @@ def test_apply_then_get_and_delete_resources(url: str, tmp_path: Path) -> None:
     (template,) = json.loads(rollbox("get", "template", "cli-basic", "-o", "json", url=url).stdout)
     assert template["name"] == "cli-basic" and template["spec"]["runtime"] == "runc"
     (pool,) = yaml.safe_load(rollbox("get", "pool", "cli-pool", "-o", "yaml", url=url).stdout)
-    assert (pool["template"], pool["replicas"]) == ("cli-basic", 1)
+    assert (pool["template"], pool["replicas"], pool["ready"]) == ("cli-basic", 1, 1)
     assert "cli-pool" in rollbox("get", "warmpools", url=url).stdout
 
     assert rollbox("delete", "warmpool", "cli-pool", url=url).stdout == "warmpool/cli-pool deleted\n"

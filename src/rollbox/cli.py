@@ -82,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     apply = commands.add_parser("apply", parents=[remote], help="create or update templates and warm pools")
     apply.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
                        help="YAML file with one or more resources ('-' reads stdin; repeatable)")
+    apply.add_argument("--wait", action="store_true", help="then wait until every warm pool applied is full")
     apply.set_defaults(run=cmd_apply)
 
     get = commands.add_parser("get", parents=[remote], help="list templates, warmpools, sandboxes or snapshots")
@@ -164,19 +165,44 @@ def cmd_apply(args: argparse.Namespace) -> None:
             applied = client.apply(source, on_progress=progress.update)
         for event in applied:
             out.print(f"{_label(event)} {event.status}")
+        if args.wait:
+            _fill(client, [event.name for event in applied if event.kind == "SandboxWarmPool" and event.name])
 
 
 def _label(event: ApplyEvent) -> str:
     return f"{(event.kind or '').removeprefix('Sandbox').lower()}/{event.name}"
 
 
+def _progress() -> Progress:
+    """One line per resource with a bar, on a terminal; nothing otherwise (the summary lines tell)."""
+    return Progress(SpinnerColumn(), TextColumn("{task.fields[resource]}"), BarColumn(),
+                    TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+                    disable=not err.is_terminal)
+
+
+def _fill(client: SandboxClient, pools: list[str]) -> None:
+    """Waits until each pool has all its replicas ready, with a bar per pool."""
+    with _progress() as progress:
+        tasks = {name: progress.add_task("", total=None, resource=f"warmpool/{name}") for name in pools}
+        waiting = sorted(pools)
+        while True:
+            for name in list(waiting):
+                pool = client.get_warmpool(name)
+                progress.update(tasks[name], total=pool.replicas, completed=pool.ready,
+                                description=f"{pool.ready}/{pool.replicas} ready")
+                if pool.ready >= pool.replicas:
+                    waiting.remove(name)
+                    out.print(f"warmpool/{name} full")
+            if not waiting:
+                return
+            time.sleep(0.2)
+
+
 class _ApplyProgress:
-    """One line per resource while templates build and pools fill, on a terminal; nothing otherwise."""
+    """Build progress of each resource while `apply` runs."""
 
     def __init__(self) -> None:
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.fields[resource]}"), BarColumn(),
-                                 TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True,
-                                 disable=not err.is_terminal)
+        self.progress = _progress()
         self.tasks: dict[str, Any] = {}
 
     def __enter__(self) -> _ApplyProgress:
@@ -342,10 +368,12 @@ def serving(node: Node, tokens: dict[str, str] | None = None) -> Iterator[str]:
     import uvicorn
 
     from rollbox.server import create_app
+    from rollbox.server.serve import KEEP_ALIVE
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(node, tokens), log_level="warning", access_log=False))
+    server = uvicorn.Server(uvicorn.Config(create_app(node, tokens), log_level="warning", access_log=False,
+                                           timeout_keep_alive=KEEP_ALIVE))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="rollbox-server", daemon=True)
     thread.start()
     while not server.started:
