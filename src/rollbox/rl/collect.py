@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,8 +96,8 @@ class _Collector:
                 for member in group.members:
                     self._finish(self._trajectory(group, member, error=f"group setup failed: {error}"))
                 return
-            await asyncio.gather(*(self.run_episode(group, member, child, timings)
-                                   for member, child in zip(group.members, children, strict=True)))
+            await _all(self.run_episode(group, member, child, timings)
+                       for member, child in zip(group.members, children, strict=True))
 
     async def _fork(self, group: _Group) -> tuple[list[AsyncSandbox], dict[str, float]]:
         """Claims a warm sandbox, puts the task's start state in it and forks it: the sandbox and its forks
@@ -169,6 +169,18 @@ class _Collector:
         self.progress.update(self.bar, advance=1, reward=f"mean reward {sum(rewards) / len(rewards):.2f}")
 
 
+async def _all(coroutines: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Runs them concurrently; when one fails, the others are cancelled (and delete their sandboxes)."""
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 async def _record_cost(sandbox: AsyncSandbox, trajectory: Trajectory) -> None:
     """CPU-seconds and peak memory from the router's stats call; left empty where the router has none."""
     try:
@@ -203,7 +215,7 @@ async def collect_async(policy: Policy, tasks: Sequence[Task], *, client: AsyncS
             collector = _Collector(policy, client, group_size=group_size, concurrency=concurrency, seed=seed,
                                    tag=tag, limits=limits or EpisodeLimits(), log=log, progress=bar)
             bar.update(collector.bar, total=sum(len(group.members) for group in plan))
-            await asyncio.gather(*(collector.run_group(group) for group in plan if group.members))
+            await _all(collector.run_group(group) for group in plan if group.members)
     finally:
         if owned:
             await client.close()
