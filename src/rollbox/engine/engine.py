@@ -28,18 +28,20 @@ from rollbox.engine.cgroups import Cgroups
 from rollbox.engine.files import SandboxFiles
 from rollbox.engine.hostbase import host_binds
 from rollbox.engine.layers import SKELETON, UPPER_PREFIX, LayerStore, remove_tree
+from rollbox.engine.network import Networks
 from rollbox.engine.oci import AGENT_PATH, AGENT_SOCKET_DIR, COMPAT_PATH, Bind, ContainerConfig, container_spec
 from rollbox.engine.runtimes import AGENT_FD, Runtime, make_runtime
 from rollbox.engine.store import Image, SandboxRecord, Store
 from rollbox.errors import (
     InvalidRequest,
+    InvalidResource,
     SandboxNotFound,
     SandboxNotRunning,
     SnapshotNotFound,
     TemplateNotFound,
 )
 from rollbox.models import ExecResult, SandboxInfo, SandboxStats, SnapshotInfo
-from rollbox.spec import Limits, SandboxTemplate
+from rollbox.spec import Limits, Network, SandboxTemplate
 
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox")
 BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "HOSTNAME": "sandbox", "TERM": "dumb"}
@@ -47,10 +49,13 @@ PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class Engine:
-    """Sandboxes on this machine. Thread-safe; one engine per data directory."""
+    """Sandboxes on this machine. Thread-safe; one engine per data directory.
+
+    `network_pool` is the private IPv4 network whose /30s go to sandboxes with an egress allowlist.
+    """
 
     def __init__(self, data_dir: str | Path = DEFAULT_DATA_DIR, *, run_dir: str | Path | None = None,
-                 recover: bool = True) -> None:
+                 recover: bool = True, network_pool: str | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = Store(self.data_dir / "state.db")
@@ -61,6 +66,7 @@ class Engine:
         self.sandbox_dir.mkdir(exist_ok=True)
         self.layers = LayerStore(self.data_dir)
         self.cgroups = Cgroups(self.id)
+        self.networks = Networks(self.id, self.run_dir, network_pool)
         self.agent = agent_binary(self.data_dir / "bin")
         self.compat = compat_library(self.data_dir / "bin")
         self._runtimes: dict[str, Runtime] = {}
@@ -82,7 +88,12 @@ class Engine:
 
     def build(self, template: SandboxTemplate, progress: Progress | None = None) -> Image:
         """Builds a template (cached by content) and records it under its name."""
-        self.runtime(template.spec.runtime)
+        runtime = self.runtime(template.spec.runtime)
+        if template.spec.network.mode == "allowlist" and not runtime.joins_netns:
+            raise InvalidResource(
+                f"SandboxTemplate {template.metadata.name}: spec.network: mode allowlist needs a runtime that "
+                f"joins a prepared network namespace, and {runtime.name} here cannot: use runtime runc, "
+                "or mode none")
         image = self.builder.build(template, progress)
         spec = template.model_dump_json(by_alias=True)
         self.store.put_template(template.metadata.name, spec, image, time.time())
@@ -137,10 +148,10 @@ class Engine:
         )
 
     def _launch(self, record: SandboxRecord) -> None:
-        limits = Limits(**record.limits)
-        record.upper = self.layers.new_upper(limits.disk)
+        record.upper = self.layers.new_upper_id()
         self.store.put_sandbox(record)
         try:
+            self.layers.create_upper(record.upper, Limits(**record.limits).disk)
             self._start(record)
         except BaseException:
             self._destroy(record)
@@ -160,6 +171,7 @@ class Engine:
             mounts.mount_overlay(rootfs, lowers, upper, work)
         run = self.run_dir / record.id
         run.mkdir(exist_ok=True, mode=0o700)
+        netns = self.networks.ensure(record.id, self._network(record))
         binds = [Bind(str(self.agent), AGENT_PATH), *runtime.binds(rootfs)]
         if record.image.host_binds:
             binds += host_binds()
@@ -173,7 +185,7 @@ class Engine:
         limits = Limits(**record.limits)
         spec = container_spec(ContainerConfig(
             args=args, cgroups_path=self.cgroups.path_for(record.container_id), limits=limits, binds=binds,
-            disk_in_memory=limits.disk))
+            disk_in_memory=limits.disk, netns=str(netns) if netns else None))
         runtime.adjust(spec)
         (bundle / "config.json").write_text(json.dumps(spec))
         socket_path = run / "agent.sock"
@@ -192,6 +204,11 @@ class Engine:
                 listener.close()
         self._agent(record).wait_ready()
 
+    def _network(self, record: SandboxRecord) -> Network:
+        """The template's network policy; none (the safest) once the template is gone."""
+        found = self.store.template(record.template)
+        return SandboxTemplate.model_validate_json(found[0]).spec.network if found else Network()
+
     def _stop(self, record: SandboxRecord) -> None:
         """Kills the container and unmounts its root filesystem; the upper stays."""
         self.runtime(record.runtime).delete(record.container_id)
@@ -200,6 +217,7 @@ class Engine:
 
     def _destroy(self, record: SandboxRecord) -> None:
         self._stop(record)
+        self.networks.release(record.id)
         if record.upper:
             self.layers.remove(record.upper)
         remove_tree(self.sandbox_dir / record.id)
@@ -425,6 +443,7 @@ class Engine:
         for directory in self.sandbox_dir.iterdir():
             if directory.name not in ids:
                 remove_tree(directory)
+        self.networks.remove_orphans(ids)
         for directory in self.run_dir.iterdir():
             if directory.name not in ids:
                 shutil.rmtree(directory, ignore_errors=True)

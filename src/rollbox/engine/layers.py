@@ -64,14 +64,17 @@ class LayerStore:
                 raise
             remove_tree(staged)  # another build made the same layer first
 
-    def new_upper(self, size: int) -> str:
-        upper_id = UPPER_PREFIX + secrets.token_hex(8)
+    @staticmethod
+    def new_upper_id() -> str:
+        return UPPER_PREFIX + secrets.token_hex(8)
+
+    def create_upper(self, upper_id: str, size: int) -> None:
+        """Creates the upper `upper_id`; record it first, or a concurrent clean-up may take it for garbage."""
         root = self.uppers / upper_id
         root.mkdir()
         mounts.mount_tmpfs(root, size)
         (root / "upper").mkdir()
         (root / "work").mkdir()
-        return upper_id
 
     def upper_dirs(self, upper_id: str) -> tuple[Path, Path]:
         root = self.uppers / upper_id
