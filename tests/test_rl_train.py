@@ -1,0 +1,52 @@
+"""The main job on real sandboxes: success rises with the rewards, and does not with shuffled rewards."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from rollbox.rl.train import TrainConfig, train
+from tests.rl_support import example_tasks, rl_server
+
+TASK_IDS = [task.id for task in example_tasks()][::3]
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with rl_server(tmp_path_factory.mktemp("rl-train")) as address:
+        yield address
+
+
+@pytest.mark.slow
+def test_success_rises_because_of_the_rewards(url: str, tmp_path: Path) -> None:
+    config = TrainConfig(iterations=4, group_size=6, learning_rate=3.0, task_ids=TASK_IDS, url=url,
+                         out_dir=tmp_path / "real", progress=False)
+    output = io.StringIO()
+    real = train(config, Console(file=output, width=200))
+    control = train(replace(config, shuffle_rewards=True, out_dir=tmp_path / "shuffled"), Console(file=io.StringIO()))
+
+    first, last = real.iterations[0], real.iterations[-1]
+    assert first.success_rate < 0.5 and last.success_rate >= first.success_rate + 0.3, output.getvalue()
+    assert last.expected_success > 0.8
+    assert control.rise < 0.25 and control.iterations[-1].expected_success < 0.45
+    assert real.episodes == 4 * 6 * len(TASK_IDS)
+
+    table = output.getvalue().splitlines()
+    header = next(i for i, line in enumerate(table) if "success" in line and "claim p50" in line)
+    assert len([line for line in table[header + 1:] if line.split()[:1] in (["0"], ["1"], ["2"], ["3"])]) == 4
+    assert (tmp_path / "real" / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
+    assert len((tmp_path / "real" / "trajectories.jsonl").read_text().splitlines()) == real.episodes
+    assert json.loads((tmp_path / "real" / "summary.json").read_text())["episodes"] == real.episodes
+
+
+def test_cli_help() -> None:
+    result = subprocess.run([sys.executable, "-m", "rollbox.rl.train", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "--shuffle-rewards" in result.stdout
