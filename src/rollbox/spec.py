@@ -6,6 +6,7 @@ reads naturally next to agent-sandbox manifests. Every layer shares these models
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,6 +25,8 @@ _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T|)\s*$"
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|)\s*$")
 _DURATION_UNITS = {"ms": 0.001, "": 1, "s": 1, "m": 60, "h": 3600}
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$")
+_LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
 
 def parse_bytes(value: Any) -> int:
@@ -135,10 +138,63 @@ class Step(Model):
                     if getattr(self, name) is not None).rstrip("_")
 
 
-class Network(Model):
-    """Network policy. `none` gives a loopback-only network namespace."""
+class Egress(Model):
+    """One destination a sandbox may reach: an IPv4 address or CIDR, or a hostname that the host
+    resolves when the sandbox is created; every port and protocol unless `ports`/`protocol` say less."""
 
-    mode: Literal["none"] = "none"
+    cidr: str | None = None
+    host: str | None = None
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=list)
+    protocol: Literal["tcp", "udp", "any"] = "any"
+
+    @field_validator("cidr")
+    @classmethod
+    def _ipv4_network(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            network = ipaddress.ip_network(value.strip())
+        except ValueError as error:
+            raise ValueError(f"{error}: give an IPv4 address (10.1.2.3) or network (10.1.2.0/24)") from None
+        if network.version != 4:
+            raise ValueError("sandboxes have no IPv6: give an IPv4 address or network")
+        if network.subnet_of(_LOOPBACK):  # type: ignore[arg-type]
+            raise ValueError("loopback is always the sandbox's own; the host's loopback is never reachable")
+        return str(network)
+
+    @field_validator("host")
+    @classmethod
+    def _hostname(cls, value: str | None) -> str | None:
+        if value is not None and not _HOSTNAME.match(value.lower().rstrip(".")):
+            raise ValueError(f"{value!r} is not a hostname such as pypi.org")
+        return value.lower().rstrip(".") if value is not None else None
+
+    def model_post_init(self, _: Any) -> None:
+        if (self.cidr is None) == (self.host is None):
+            raise ValueError("an egress entry has exactly one of: cidr, host")
+
+
+def _egress_shorthand(value: Any) -> Any:
+    """A bare string is a whole destination: `10.1.2.3`, `10.1.2.0/24` or `pypi.org`."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    numeric = "/" in text or ":" in text or text.replace(".", "").isdigit()
+    return {"cidr": text} if numeric else {"host": text}
+
+
+class Network(Model):
+    """Network policy. `none` (the default) gives a loopback-only network namespace; `allowlist` adds
+    one interface through which the host forwards only to the `egress` destinations (docs/engine.md)."""
+
+    mode: Literal["none", "allowlist"] = "none"
+    egress: list[Annotated[Egress, BeforeValidator(_egress_shorthand)]] = Field(default_factory=list)
+
+    def model_post_init(self, _: Any) -> None:
+        if self.mode == "none" and self.egress:
+            raise ValueError("egress needs mode: allowlist")
+        if self.mode == "allowlist" and not self.egress:
+            raise ValueError("mode allowlist needs at least one egress entry (mode none allows nothing)")
 
 
 class TemplateSpec(Model):

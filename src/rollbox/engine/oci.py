@@ -58,6 +58,9 @@ class ContainerConfig:
     disk_in_memory: int = 0
     """Bytes of the sandbox's disk that live in RAM (a tmpfs upper): its pages are charged to the
     sandbox's memory cgroup, so the limit grows by that much and a full disk never starves processes."""
+    netns: str | None = None
+    """A network namespace to join (an egress allowlist's, made by `engine/network.py`) instead of a
+    new loopback-only one."""
 
 
 def container_spec(config: ContainerConfig) -> dict[str, Any]:
@@ -65,7 +68,7 @@ def container_spec(config: ContainerConfig) -> dict[str, Any]:
     capabilities = BUILD_CAPABILITIES if config.build else AGENT_CAPABILITIES
     namespaces = [{"type": kind} for kind in ("pid", "ipc", "uts", "mount", "cgroup")]
     if not config.build:
-        namespaces.append({"type": "network"})
+        namespaces.append({"type": "network", "path": config.netns} if config.netns else {"type": "network"})
     shm_size = min(64 * 2**20, limits.memory)
     mounts: list[dict[str, Any]] = [
         {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},

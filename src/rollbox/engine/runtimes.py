@@ -39,6 +39,8 @@ class Runtime:
     """False where the runtime cannot hand the socket in: the agent then listens on a bound path."""
     exec_env: dict[str, str] = field(default_factory=dict)
     """Environment every command gets under this runtime."""
+    joins_netns: bool = True
+    """Whether containers can join a prepared network namespace (how an egress allowlist reaches them)."""
 
     def _base(self) -> list[str]:
         return [self.binary, "--root", str(self.state_root), *self.global_flags]
@@ -183,7 +185,10 @@ def make_runtime(name: str, state_dir: Path) -> Runtime:
     root.mkdir(parents=True, exist_ok=True)
     if name == "runsc":
         flags = ["--platform=ptrace", "--network=none", "--host-uds=all", "--file-access=shared", "--oci-seccomp"]
-        return Runsc(name, binary, root, flags, passes_fds=False, exec_env={"LD_PRELOAD": COMPAT_PATH})
+        # This release's `--network=sandbox` takes any namespace whose /proc/sys/net/core/rmem_default
+        # exists for the host's own, and on recent kernels (6.18 here) every namespace has it.
+        return Runsc(name, binary, root, flags, passes_fds=False, exec_env={"LD_PRELOAD": COMPAT_PATH},
+                     joins_netns=False)
     return Runtime(name, binary, root)
 
 
