@@ -19,7 +19,8 @@ AGENT_PATH = "/.rollbox/agent"
 COMPAT_PATH = "/.rollbox/compat.so"
 AGENT_SOCKET_DIR = "/.rollbox/run"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-AGENT_CAPABILITIES = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"]
+AGENT_CAPABILITIES = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP", "CAP_CHOWN"]
+"""CAP_CHOWN only until the agent has locked commands out of its socket directory (then it drops it)."""
 BUILD_CAPABILITIES = [
     "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
     "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_KILL",

@@ -27,6 +27,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -38,6 +39,7 @@
 #define MAX_ITEMS 65536
 #define CHUNK 65536
 #define VERSION "rollbox-agent 1"
+#define LOCKOUT_ID 2147483646u /* owns the socket directory (--path); no command runs as it */
 
 extern char **environ;
 static char self_exe[256];
@@ -188,6 +190,19 @@ fail:;
     int len = snprintf(msg, sizeof msg, "%03drollbox: %s: %s\n", status, subject, strerror(code));
     write_all(report, msg, (size_t)(len < (int)sizeof msg ? len : (int)sizeof msg - 1));
     _exit(status);
+}
+
+/* Removes one capability from this process for good (needs CAP_SETPCAP for the bounding set). */
+static void drop_capability(int cap) {
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+    if (syscall(SYS_capget, &hdr, data) < 0) die("capget");
+    unsigned mask = ~(1u << (cap % 32));
+    data[cap / 32].effective &= mask;
+    data[cap / 32].permitted &= mask;
+    data[cap / 32].inheritable &= mask;
+    if (syscall(SYS_capset, &hdr, data) < 0) die("capset");
 }
 
 /* Reads a process's parent and start time (clock ticks since boot) from /proc. */
@@ -468,15 +483,30 @@ int main(int argc, char **argv) {
             die("socket path");
         }
         strcpy(addr.sun_path, argv[2]);
+        char dir[sizeof addr.sun_path];
+        strcpy(dir, argv[2]);
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir) {
+            errno = EINVAL;
+            die("socket path must be in a directory of its own");
+        }
+        *slash = 0;
+        /* A restarted sandbox finds the directory locked by its previous agent: take it back. */
+        if (chown(dir, 0, 0) < 0 || chmod(dir, 0700) < 0) die("socket directory");
         unlink(argv[2]);
         listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof addr) < 0 ||
             listen(listener, 512) < 0)
             die("listen");
+        /* The directory is the host's, bound in writable so the socket can be made: lock every command
+         * out of it (root too, which keeps no capabilities), or one could replace the socket with its
+         * own and answer the host's commands, or fill the host's disk through it. */
+        if (chown(dir, LOCKOUT_ID, LOCKOUT_ID) < 0) die("lock the socket directory");
     } else {
         dprintf(2, "usage: %s --fd N | --path SOCKET\n", argv[0]);
         return 2;
     }
+    drop_capability(CAP_CHOWN);
     ssize_t length = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
     self_exe[length > 0 ? length : 0] = 0;
     fcntl(listener, F_SETFD, FD_CLOEXEC);
