@@ -1,8 +1,9 @@
 """The `host` base: the host's `/usr`, bound read-only, under a private minimal `/etc`.
 
-Nothing else of the host is visible: not its `/etc`, `/home`, `/root`, `/var` or sockets. Each
-subdirectory of `/usr` except `/usr/local` is bound separately, so builds can still install into
-`/usr/local`. The binds are nosuid, so setuid programs under `/usr` grant nothing.
+Nothing else of the host is visible: not its `/etc` (beyond a few files every host user may read,
+so never its private keys), `/home`, `/root`, `/var` or sockets. Each subdirectory of `/usr` except
+`/usr/local` is bound separately, so builds can still install into `/usr/local`. The binds are
+nosuid, so setuid programs under `/usr` grant nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from rollbox.engine.layers import LayerStore
 from rollbox.engine.oci import Bind
 
-VERSION = "host-base-2"
+VERSION = "host-base-3"
 _COPIED_FROM_HOST_ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "debian_version",
                          "os-release", "bash.bashrc", "profile", "inputrc", "mime.types", "protocols",
                          "services", "ssl", "ca-certificates")
@@ -25,6 +26,15 @@ PASSWD = ("root:x:0:0:root:/root:/bin/bash\n"
           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
 GROUP = "root:x:0:\ntty:x:5:\nuser:x:1000:\nnogroup:x:65534:\n"
 HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+
+def _private(directory: str, names: list[str]) -> set[str]:
+    """Entries of a host directory that not every host user may read (private keys and the like)."""
+    return {name for name in names if not _public(Path(directory) / name)}
+
+
+def _public(path: Path) -> bool:
+    return path.is_symlink() or bool(path.stat().st_mode & 0o004)
 
 
 def host_binds() -> list[Bind]:
@@ -61,14 +71,15 @@ def host_base_layer(store: LayerStore) -> str:
             (root / link).symlink_to(os.readlink(Path("/") / link))
     etc = root / "etc"
     etc.mkdir()
+    # Only what every host user may read: /etc/ssl brings certificates, never /etc/ssl/private.
     for name in _COPIED_FROM_HOST_ETC:
         source = Path("/etc") / name
-        if source.is_dir():
-            shutil.copytree(source, etc / name, symlinks=True)
-        elif source.is_file():
+        if source.is_dir() and _public(source):
+            shutil.copytree(source, etc / name, symlinks=True, ignore=_private)
+        elif source.is_file() and _public(source):
             shutil.copy2(source, etc / name)
     for entry in Path("/etc").glob("python3*"):
-        shutil.copytree(entry, etc / entry.name, symlinks=True)
+        shutil.copytree(entry, etc / entry.name, symlinks=True, ignore=_private)
     files = {"passwd": PASSWD, "group": GROUP, "hosts": HOSTS, "hostname": "sandbox\n", "resolv.conf": "",
              "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n", "shadow": ""}
     for name, text in files.items():
