@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import InvalidRequest, RollboxError
-from rollbox.rl.episode import Episode, EpisodeLimits
+from rollbox.rl.episode import CLAIM_GRACE, Episode, EpisodeLimits
 from rollbox.rl.prepare import prepare
 from rollbox.rl.tasks import Task
 from rollbox.rl.trajectory import StepRecord, Trajectory, TrajectoryLog, read_trajectories
@@ -103,7 +103,8 @@ class _Collector:
         """Claims a warm sandbox, puts the task's start state in it and forks it: the sandbox and its forks
         (which the engine restarts over one frozen copy of its files) are the group's members."""
         started = time.perf_counter()
-        parent = await self.client.create_sandbox(template=group.task.template, warmpool=group.task.warmpool)
+        parent = await self.client.create_sandbox(template=group.task.template, warmpool=group.task.warmpool,
+                                                  shutdown_after=self.limits.max_seconds + CLAIM_GRACE)
         claimed = time.perf_counter()
         try:
             await prepare(parent, group.task)

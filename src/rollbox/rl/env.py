@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import random
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import InvalidRequest, RollboxError
-from rollbox.rl.episode import Episode, EpisodeLimits
+from rollbox.rl.episode import Episode, EpisodeLimits, start_episode
 from rollbox.rl.loop import LoopThread
-from rollbox.rl.prepare import prepare
 from rollbox.rl.tasks import Task, load_tasks
 
 try:
@@ -54,19 +52,8 @@ class AsyncSandboxEnv:
         if seed is not None:
             self._rng = random.Random(seed)
         task = self._pick((options or {}).get("task"))
-        started = time.perf_counter()
-        sandbox = await self.client.create_sandbox(template=task.template, warmpool=task.warmpool)
-        claimed = time.perf_counter()
-        try:
-            await prepare(sandbox, task)
-        except BaseException:
-            with contextlib.suppress(RollboxError):
-                await sandbox.delete()
-            raise
-        self._sandbox = sandbox
-        self.episode = Episode(sandbox, task, self.limits)
-        info = {"task_id": task.id, "sandbox_id": sandbox.id, "claim_ms": (claimed - started) * 1000,
-                "setup_ms": (time.perf_counter() - claimed) * 1000}
+        self.episode, info = await start_episode(self.client, task, self.limits)
+        self._sandbox = self.episode.sandbox
         return self.episode.observation, info
 
     def _pick(self, choice: str | Task | None) -> Task:

@@ -7,11 +7,12 @@ same task, seed and actions give the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollbox.client import AsyncSandbox
+from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import RollboxError
 from rollbox.models import ExecResult
 from rollbox.rl.actions import (
@@ -26,8 +27,12 @@ from rollbox.rl.actions import (
     parse_action,
 )
 from rollbox.rl.edits import apply_edit, resolve
+from rollbox.rl.prepare import prepare
 from rollbox.rl.tasks import Task
 from rollbox.rl.verify import Verdict, verify
+
+CLAIM_GRACE = 300.0
+"""Seconds an episode's sandbox outlives its time limit before the router deletes it anyway."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,28 @@ def intro(task: Task) -> str:
             f"The repository is in {task.workdir}, the working directory of your commands. "
             "Tools: bash, read_file, write_file, str_replace, submit. Submit when you are done: "
             "hidden tests decide the reward.")
+
+
+async def start_episode(client: AsyncSandboxClient, task: Task, limits: EpisodeLimits
+                        ) -> tuple[Episode, dict[str, Any]]:
+    """Claims a warm sandbox, puts the task's start state in it, and returns the episode on it.
+
+    The claim expires a while after the episode's time limit, so a trainer that dies mid-episode
+    leaves nothing running for long.
+    """
+    started = time.perf_counter()
+    sandbox = await client.create_sandbox(template=task.template, warmpool=task.warmpool,
+                                          shutdown_after=limits.max_seconds + CLAIM_GRACE)
+    claimed = time.perf_counter()
+    try:
+        await prepare(sandbox, task)
+    except BaseException:
+        with contextlib.suppress(RollboxError):
+            await sandbox.delete()
+        raise
+    info = {"task_id": task.id, "sandbox_id": sandbox.id, "claim_ms": (claimed - started) * 1000,
+            "setup_ms": (time.perf_counter() - claimed) * 1000}
+    return Episode(sandbox, task, limits), info
 
 
 class Episode:
