@@ -3,34 +3,30 @@
 from __future__ import annotations
 
 import base64
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 
 from rollbox.client import AsyncSandboxClient
 from rollbox.rl.fusion import fusion_app
+from rollbox.rl.local import ThreadServer
 from tests.rl_support import rl_server
 
 fusion = pytest.importorskip("sandbox_fusion")
 
 
 @pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The gateway on a free port, in front of a real router."""
+def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with rl_server(tmp_path_factory.mktemp("rl-fusion")) as url:
-        server = uvicorn.Server(uvicorn.Config(fusion_app(AsyncSandboxClient(url)), host="127.0.0.1", port=0,
-                                               log_level="warning", lifespan="off"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-        server.should_exit = True
-        thread.join()
+        yield url
+
+
+@pytest.fixture(scope="module", params=["scrubbed", "fresh"])
+def endpoint(router: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The gateway on a free port, in front of a real router, with each kind of isolation."""
+    with ThreadServer(fusion_app(AsyncSandboxClient(router), isolation=request.param)) as gateway:
+        yield gateway.url
 
 
 def run(endpoint: str, **request: object) -> fusion.RunCodeResponse:
@@ -62,12 +58,15 @@ def test_run_code_like_sandbox_fusion(endpoint: str) -> None:
         run(endpoint, code="int main() {}", language="cpp")
 
 
-def test_requests_are_isolated(endpoint: str) -> None:
-    first = run(endpoint, code="echo left > /tmp/mark; (sleep 60 &) ; echo ok", language="bash")
-    second = run(endpoint, code="cat /tmp/mark 2>&1; pgrep sleep || echo no-sleep", language="bash")
+def test_requests_never_see_each_other(endpoint: str) -> None:
+    """Whatever a request leaves (files anywhere it can write, background processes) is gone for the next."""
+    first = run(endpoint, language="bash", code="echo left | tee /tmp/mark /var/tmp/mark ~/mark /work/mark "
+                "/dev/shm/mark >/dev/null; mkdir -p ~/.config/x; (setsid sleep 60 &); echo ok")
+    second = run(endpoint, language="bash", code="ls -A /tmp /var/tmp ~ /work /dev/shm | grep -v fusion- ; "
+                 "pgrep sleep || echo no-sleep")
     assert first.run_result.stdout == "ok\n"
-    assert "No such file" in second.run_result.stdout and "no-sleep" in second.run_result.stdout
-    assert first.executor_pod_name != second.executor_pod_name
+    assert "mark" not in second.run_result.stdout and ".config" not in second.run_result.stdout
+    assert second.run_result.stdout.strip().endswith("no-sleep")
 
 
 def test_verl_payload(endpoint: str) -> None:

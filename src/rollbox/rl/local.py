@@ -10,10 +10,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import uvicorn
 
 from rollbox.engine import Engine
 from rollbox.errors import RollboxError
@@ -75,3 +78,27 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+class ThreadServer:
+    """An ASGI app (the SandboxFusion gateway, say) on a free loopback port, served from a thread."""
+
+    def __init__(self, app: Any) -> None:
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                                     access_log=False, lifespan="off"))
+        self._thread = threading.Thread(target=self._server.run, name="rollbox-thread-server", daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> ThreadServer:
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RollboxError("the ASGI app did not start serving; see the log above")
+            time.sleep(0.01)
+        self.url = f"http://127.0.0.1:{self._server.servers[0].sockets[0].getsockname()[1]}"
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.should_exit = True
+        self._thread.join()
