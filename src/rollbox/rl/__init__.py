@@ -10,10 +10,11 @@ from typing import Any
 _EXPORTS = {
     "Task": "tasks", "load_tasks": "tasks", "load_swebench": "swebench",
     "SandboxEnv": "env", "AsyncSandboxEnv": "env", "EpisodeLimits": "episode",
-    "collect": "collect", "collect_async": "collect", "Observation": "collect",
+    "collect_async": "collect", "Observation": "collect",
     "Trajectory": "trajectory", "read_trajectories": "trajectory", "write_parquet": "trajectory",
-    "replay": "replay", "train": "train", "TrainConfig": "train",
+    "TrainConfig": "train",
 }
+"""`collect`, `replay` and `train` are also submodule names, so import those functions from their module."""
 __all__ = sorted(_EXPORTS)
 
 
