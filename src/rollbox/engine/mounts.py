@@ -27,6 +27,7 @@ _FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
 _MOVE_MOUNT_F_EMPTY_PATH = 4
 _FSOPEN_CLOEXEC = 1
 _FSMOUNT_CLOEXEC = 1
+_MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x2, 0x4
 _OPTION_PAGE = 4000
 _OVERLAY_OPTIONS = {"redirect_dir": "off", "index": "off", "metacopy": "off", "xino": "off"}
 
@@ -74,11 +75,16 @@ def mount_tmpfs(target: str | Path, size: int, mode: int = 0o755, inodes: int | 
 
 
 def mount_overlay(target: str | Path, lowers: Sequence[str | Path], upper: str | Path, work: str | Path) -> None:
-    """Mounts an overlay; `lowers` are listed top first."""
+    """Mounts an overlay; `lowers` are listed top first.
+
+    Always nosuid and nodev: a sandbox's root makes setuid-root files and an image may carry device
+    nodes, and on the host (where the files API and any host user who can reach the path see this
+    mount) neither may take effect. Inside, commands have no_new_privs and a devices cgroup anyway.
+    """
     extra = ",".join(f"{key}={value}" for key, value in _OVERLAY_OPTIONS.items())
     options = f"lowerdir={':'.join(map(str, lowers))},upperdir={upper},workdir={work},{extra}"
     if len(options) < _OPTION_PAGE:
-        mount("overlay", target, "overlay", 0, options)
+        mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, options)
         return
     _mount_overlay_fsconfig(target, lowers, upper, work)
 
@@ -98,7 +104,8 @@ def _mount_overlay_fsconfig(target: str | Path, lowers: Sequence[str | Path], up
         for key, value in _OVERLAY_OPTIONS.items():
             set_string(key, value)
         _check(_libc.syscall(_SYS_FSCONFIG, fs, _FSCONFIG_CMD_CREATE, None, None, 0), "fsconfig create")
-        mnt = _check(_libc.syscall(_SYS_FSMOUNT, fs, _FSMOUNT_CLOEXEC, 0), "fsmount")
+        mnt = _check(_libc.syscall(_SYS_FSMOUNT, fs, _FSMOUNT_CLOEXEC, _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV),
+                     "fsmount")
         try:
             _check(_libc.syscall(_SYS_MOVE_MOUNT, mnt, b"", -100, str(target).encode(), _MOVE_MOUNT_F_EMPTY_PATH),
                    "move_mount")
