@@ -151,3 +151,20 @@ async def test_agent_never_sees_hidden_tests(url: str) -> None:
     finally:
         await box.delete()
         await client.close()
+
+
+async def test_test_command_summary_lines_count(url: str) -> None:
+    """A pytest-style command: only `PASSED id` / `FAILED id` summary lines decide, missing ids fail."""
+    task = TASKS[0].model_copy(update={"tests": HiddenTests(
+        files={"check.sh": "echo 'PASSED tests/a.py::one'; echo 'FAILED tests/a.py::two - boom'; echo noise\n"},
+        fail_to_pass=("tests/a.py::one",), pass_to_pass=("tests/a.py::two", "tests/a.py::three"),
+        command="sh check.sh")})
+    client, (box,) = await start(url, task, 1)
+    try:
+        verdict = await verify(box, task)
+        assert verdict.fail_to_pass == {"tests/a.py::one": "passed"}
+        assert verdict.pass_to_pass == {"tests/a.py::two": "failed", "tests/a.py::three": "missing"}
+        assert verdict.reward == 0 and "noise" in verdict.log
+    finally:
+        await box.delete()
+        await client.close()

@@ -1,28 +1,25 @@
 """Runs a task's hidden tests inside the sandbox. Sent as the source of `python3 -`; stdlib only.
 
-The host appends `main(<payload JSON>)`. In order, `main`:
+The host appends `main(<payload as a Python literal>)`. In order, `main`:
 1. kills every process it is allowed to except its own ancestors, so nothing the agent left running
    can touch the tests once they are written;
 2. removes `clean` and writes `files` (the hidden tests) over whatever the agent left;
 3. runs the `tests` ids with the built-in runner (plain functions and methods of plain classes,
    asserts, `pytest.raises`), or runs `command` and reads pytest's `-rA` summary lines;
-4. prints `<nonce> <JSON>` as its last line: every test id with "passed", "failed" or "missing".
+4. prints `<nonce> <Python literal>` as its last line: every test id with "passed", "failed" or "missing".
 The code under test runs in this process: see "Threat model" in docs/tasks.md for what that allows.
+Up front it imports only small modules: json, re and subprocess would add half of the run's CPU
+time, so they are imported where needed (the payload and the result are Python literals).
 """
 
 import contextlib
 import importlib.util
 import io
-import json
 import os
-import re
-import shutil
 import signal
-import subprocess
 import sys
-import types
 
-SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (.+?)(?: - .*)?$")
+SUMMARY = r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (.+?)(?: - .*)?$"
 PASSING = ("PASSED", "XFAIL")
 
 
@@ -47,6 +44,8 @@ def remove(path):
     if os.path.islink(path) or os.path.isfile(path):
         os.unlink(path)
     elif os.path.isdir(path):
+        import shutil
+
         shutil.rmtree(path)
 
 
@@ -75,16 +74,22 @@ class Raises:
             raise AssertionError(f"DID NOT RAISE {self.expected}")
         if not issubclass(kind, self.expected):
             return False
+        import re
+
         if self.match is not None and not re.search(self.match, str(value)):
             raise AssertionError(f"{value!r} does not match {self.match!r}")
         return True
+
+
+class PytestShim:
+    raises = Raises
 
 
 def install_pytest_shim():
     try:
         import pytest  # noqa: F401
     except ImportError:
-        sys.modules["pytest"] = types.SimpleNamespace(raises=Raises)
+        sys.modules["pytest"] = PytestShim  # type: ignore[assignment]
 
 
 def load_module(path, number):
@@ -128,26 +133,27 @@ def run_builtin(workdir, tests, timeout):
     signal.signal(signal.SIGALRM, on_alarm)
     install_pytest_shim()
     modules, log, outcomes = {}, [], {}
-    captured = io.StringIO()
-    with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
-        for test_id in tests:
-            outcomes[test_id] = run_one(modules, workdir, test_id, timeout, log)
+    sys.stdout = sys.stderr = io.StringIO()
+    for test_id in tests:
+        outcomes[test_id] = run_one(modules, workdir, test_id, timeout, log)
     return outcomes, "\n".join(log)
 
 
 def run_command(workdir, tests, command):
+    import re
+    import subprocess
+
     process = subprocess.run(command, shell=True, cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, errors="replace")
     seen = {}
     for line in process.stdout.splitlines():
-        match = SUMMARY.match(line.strip())
+        match = re.match(SUMMARY, line.strip())
         if match:
             seen[match.group(2)] = "passed" if match.group(1) in PASSING else "failed"
     return {test_id: seen.get(test_id, "missing") for test_id in tests}, process.stdout[-20000:]
 
 
-def main(payload_json):
-    payload = json.loads(payload_json)
+def main(payload):
     results = os.fdopen(os.dup(1), "w")
     kill_others()
     workdir = payload["workdir"]
@@ -156,6 +162,6 @@ def main(payload_json):
         outcomes, log = run_command(workdir, payload["tests"], payload["command"])
     else:
         outcomes, log = run_builtin(workdir, payload["tests"], payload["per_test_timeout"])
-    results.write("\n" + payload["nonce"] + " " + json.dumps({"outcomes": outcomes, "log": log}) + "\n")
+    results.write("\n" + payload["nonce"] + " " + repr({"outcomes": outcomes, "log": log}) + "\n")
     results.flush()
     os._exit(0)

@@ -6,7 +6,7 @@ being written and being run. Outcomes count only from the line carrying this cal
 
 from __future__ import annotations
 
-import json
+import ast
 import secrets
 import time
 from importlib import resources
@@ -64,14 +64,14 @@ def script(task: Task, nonce: str) -> str:
     payload = {"nonce": nonce, "workdir": task.workdir, "clean": list(tests.clean), "files": tests.files,
                "tests": list(dict.fromkeys((*tests.fail_to_pass, *tests.pass_to_pass))),
                "command": tests.command, "per_test_timeout": tests.per_test_timeout}
-    return f"{_SOURCE}\nmain({json.dumps(json.dumps(payload))})\n"
+    return f"{_SOURCE}\nmain({payload!r})\n"
 
 
 def parse(stdout: str, nonce: str) -> tuple[dict[str, Outcome], str] | None:
     """The outcomes on the last line that starts with the nonce, or None when there is none."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(nonce + " "):
-            report = json.loads(line[len(nonce) + 1:])
+            report = ast.literal_eval(line[len(nonce) + 1:])
             return report["outcomes"], report["log"]
     return None
 
