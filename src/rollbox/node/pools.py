@@ -2,7 +2,8 @@
 
 A claim only pops an id off the pool; starting sandboxes happens in the background, at most
 `refillConcurrency` at a time per pool, so a burst of claims never waits on a container start
-unless the pool runs dry.
+unless the pool runs dry. Refilling waits for a burst to pass (REFILL_QUIET without a claim)
+unless the pool runs low, because starting containers competes with the burst for the CPU.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ Launch = Callable[["WarmPool"], str]
 Discard = Callable[[str], None]
 """Deletes a sandbox the pool no longer wants (started for a template that has since changed)."""
 _CAPACITY_RETRY = 0.5
+REFILL_QUIET = 0.1
 _MAX_BACKOFF = 10.0
 
 
@@ -40,6 +42,7 @@ class WarmPool:
         self._cond = threading.Condition()
         self._generation = 0
         self._retry_at = 0.0
+        self._last_take = 0.0
         self._backoff = 0.0
         self._closed = False
         self._thread = threading.Thread(target=self._refill, name=f"rollbox-pool-{self.name}", daemon=True)
@@ -59,6 +62,7 @@ class WarmPool:
             if not self.ready:
                 return None
             sandbox_id = self.ready.popleft()
+            self._last_take = time.monotonic()
             self._cond.notify()
             return sandbox_id
 
@@ -99,16 +103,20 @@ class WarmPool:
             self._cond.notify()
         self._thread.join()
 
-    def _wants_more(self) -> bool:
+    def _wait(self) -> float | None:
+        """Seconds until the pool should start one more sandbox: 0 now, None when only a change can tell."""
         spec = self.resource.spec
-        return (len(self.ready) + self.starting < spec.replicas and self.starting < spec.refill_concurrency
-                and time.monotonic() >= self._retry_at)
+        if len(self.ready) + self.starting >= spec.replicas or self.starting >= spec.refill_concurrency:
+            return None
+        now = time.monotonic()
+        quiet = 0.0 if len(self.ready) <= spec.replicas // 4 else self._last_take + REFILL_QUIET - now
+        return max(0.0, self._retry_at - now, quiet)
 
     def _refill(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and not self._wants_more():
-                    self._cond.wait(max(0.01, self._retry_at - time.monotonic()) if self._retry_at else None)
+                while not self._closed and (wait := self._wait()) != 0:
+                    self._cond.wait(wait)
                 if self._closed:
                     return
                 self.starting += 1

@@ -1,60 +1,60 @@
-"""The FastAPI app: auth, error shapes, body limits, operations routes, and the resource routers."""
+"""The ASGI app: auth, error shapes, body limits, operations routes, and the resource routes."""
 
 from __future__ import annotations
 
 import logging
-from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
 from starlette.responses import Response
 
 from rollbox import __version__
 from rollbox.errors import InvalidRequest, NotFound, RollboxError
 from rollbox.node import Node
-from rollbox.server import resources, sandboxes
+from rollbox.server import openapi, resources, sandboxes
 from rollbox.server.auth import Tenants
 from rollbox.server.limits import BodyLimit
 from rollbox.server.metrics import Metrics
 from rollbox.server.responses import error_body, json_response
+from rollbox.server.routing import Routes
 
 log = logging.getLogger("rollbox.server")
 
 DEFAULT_MAX_BODY = 256 * 2**20
-Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(HTTPBearer(
-    auto_error=False, description="A tenant's token; not needed when the server runs open"))]
-"""Declares bearer auth in the OpenAPI document; `Tenants` does the checking."""
+DESCRIPTION = "Isolated, stateful sandboxes for RL training of code agents. The contract is docs/api.md."
 
 
-def create_app(node: Node, tokens: dict[str, str] | None = None, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
+def create_app(node: Node, tokens: dict[str, str] | None = None, *, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
     """The HTTP API of docs/api.md over `node`; `tokens` maps tenants to bearer tokens (None: open)."""
-    tenants = Tenants(tokens)
     metrics = Metrics()
+    routes = Routes(Tenants(tokens))
+    sandboxes.add_routes(routes, node, metrics)
+    resources.add_routes(routes, node)
 
-    async def tenant(request: Request, _: Bearer) -> str:
-        return tenants.tenant(request.headers.get("authorization"))
-
-    app = FastAPI(title="rollbox", version=__version__, docs_url=None, redoc_url=None,
-                  description="Isolated, stateful sandboxes for RL training of code agents (see docs/api.md).")
-    app.include_router(sandboxes.router(node, metrics, tenant))
-    app.include_router(resources.router(node, tenant))
-    _install_error_handlers(app, metrics)
-    app.add_middleware(BodyLimit, limit=max_body)
-
-    @app.get("/healthz")
+    @routes.add("GET", "/healthz", auth=False)
     async def healthz() -> Response:
+        """{"status": "ok", "sandboxes": n, "claims": n, "pools": {...}}; needs no token."""
         return json_response({"status": "ok", **await node.health()})
 
-    @app.get("/metrics", response_class=Response)
-    async def metrics_text() -> Response:
+    @routes.add("GET", "/metrics", answer="text/plain", auth=False)
+    async def prometheus() -> Response:
+        """Prometheus text: claims, claim latency, pool sizes, execs, failures."""
         return Response(metrics.render(await node.health()), media_type="text/plain; version=0.0.4")
 
-    return app
+    schema = json_response(openapi.document(routes.specs, "rollbox", __version__, DESCRIPTION))
+
+    @routes.add("GET", "/openapi.json", answer="application/json", auth=False)
+    async def openapi_document() -> Response:
+        """This document."""
+        return schema
+
+    return Starlette(routes=routes.starlette(), middleware=[Middleware(BodyLimit, limit=max_body)],
+                     exception_handlers=_error_handlers(metrics))
 
 
-def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
+def _error_handlers(metrics: Metrics) -> dict:
     """Every error answers `{"error": {"code", "message"}}`; client mistakes are 4xx, never 500."""
 
     def fail(code: str, message: str, status: int) -> Response:
@@ -67,11 +67,6 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
             log.error("request failed", exc_info=error)
         return fail(error.code, str(error), error.status)
 
-    async def invalid(_: Request, error: Exception) -> Response:
-        assert isinstance(error, RequestValidationError)
-        problems = "; ".join(f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors())
-        return fail(InvalidRequest.code, f"invalid request: {problems}", 422)
-
     async def http_error(_: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
         if error.status_code == 404:
@@ -82,7 +77,4 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         log.error("request failed", exc_info=error)
         return fail(RollboxError.code, f"the server failed: {error}; see its log", 500)
 
-    app.add_exception_handler(RollboxError, rollbox_error)
-    app.add_exception_handler(RequestValidationError, invalid)
-    app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(Exception, unexpected)
+    return {RollboxError: rollbox_error, HTTPException: http_error, Exception: unexpected}

@@ -4,31 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
-from pydantic import BaseModel
 from starlette.responses import Response
 
 from rollbox.errors import InvalidRequest, RollboxError
 from rollbox.node import Node, TemplateInfo, WarmPoolInfo
-from rollbox.server.responses import json_response
-from rollbox.server.sandboxes import Tenant
+from rollbox.node.models import Request
+from rollbox.server.responses import json_response, no_content
+from rollbox.server.routing import Routes
 from rollbox.server.streams import Emit, as_rollbox_error, ndjson
 from rollbox.spec import parse_resource
 
 
-class ApplyRequest(BaseModel):
+class ApplyRequest(Request):
     documents: list[dict[str, Any]]
     context_dir: str | None = None
     """The directory `copy` steps read from, on the server's machine (the YAML file's directory)."""
 
 
-def router(node: Node, auth: Tenant) -> APIRouter:
-    api = APIRouter(prefix="/v1", dependencies=[Depends(auth)])
+def add_routes(routes: Routes, node: Node) -> None:
+    add = routes.add
 
-    @api.post("/apply", response_class=Response, responses={200: {
-        "content": {"application/x-ndjson": {}},
-        "description": '{"event": "progress"|"applied"|"error"|"done", ...} lines'}})
-    async def apply(body: ApplyRequest) -> Response:
+    @add("POST", "/v1/apply", body=ApplyRequest, answer="application/x-ndjson")
+    async def apply(tenant: str, body: ApplyRequest) -> Response:
+        """Creates or updates templates and warm pools, streaming progress, then one result per resource."""
         if body.context_dir is not None and not body.context_dir.startswith("/"):
             raise InvalidRequest(f"context_dir {body.context_dir!r} must be an absolute path")
         resources = [parse_resource(document, body.context_dir) for document in body.documents]
@@ -48,33 +46,37 @@ def router(node: Node, auth: Tenant) -> APIRouter:
 
         return await ndjson(produce, _apply_error)
 
-    @api.get("/templates", response_model=list[TemplateInfo])
-    async def templates() -> Response:
+    @add("GET", "/v1/templates", answer=list[TemplateInfo])
+    async def list_templates(tenant: str) -> Response:
+        """Lists the built templates."""
         return json_response(await node.templates())
 
-    @api.get("/templates/{name}", response_model=TemplateInfo)
-    async def template(name: str) -> Response:
+    @add("GET", "/v1/templates/{name}", answer=TemplateInfo)
+    async def get_template(tenant: str, name: str) -> Response:
+        """Describes one template."""
         return json_response(await node.template(name))
 
-    @api.delete("/templates/{name}", status_code=204)
-    async def delete_template(name: str) -> Response:
+    @add("DELETE", "/v1/templates/{name}", status=204)
+    async def delete_template(tenant: str, name: str) -> Response:
+        """Deletes a template no warm pool uses; its sandboxes keep running."""
         await node.delete_template(name)
-        return Response(status_code=204)
+        return no_content()
 
-    @api.get("/warmpools", response_model=list[WarmPoolInfo])
-    async def warmpools() -> Response:
+    @add("GET", "/v1/warmpools", answer=list[WarmPoolInfo])
+    async def list_warmpools(tenant: str) -> Response:
+        """Lists the warm pools with their ready and starting counts."""
         return json_response(await node.warmpools())
 
-    @api.get("/warmpools/{name}", response_model=WarmPoolInfo)
-    async def warmpool(name: str) -> Response:
+    @add("GET", "/v1/warmpools/{name}", answer=WarmPoolInfo)
+    async def get_warmpool(tenant: str, name: str) -> Response:
+        """Describes one warm pool."""
         return json_response(await node.warmpool(name))
 
-    @api.delete("/warmpools/{name}", status_code=204)
-    async def delete_warmpool(name: str) -> Response:
+    @add("DELETE", "/v1/warmpools/{name}", status=204)
+    async def delete_warmpool(tenant: str, name: str) -> Response:
+        """Deletes a warm pool and its ready sandboxes; claimed ones stay."""
         await node.delete_warmpool(name)
-        return Response(status_code=204)
-
-    return api
+        return no_content()
 
 
 def _apply_error(error: RollboxError) -> dict[str, Any]:

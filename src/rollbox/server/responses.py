@@ -21,3 +21,7 @@ def error_body(code: str, message: str) -> dict[str, Any]:
 
 def error_response(error: RollboxError) -> Response:
     return json_response(error_body(error.code, str(error)), error.status)
+
+
+def no_content() -> Response:
+    return Response(status_code=204)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
@@ -14,20 +12,20 @@ from rollbox.errors import RollboxError
 from rollbox.models import ExecResult, FileInfo, SnapshotInfo
 from rollbox.node import ClaimInfo, ClaimRequest, ExecRequest, Node
 from rollbox.node.local import MAX_FORK
+from rollbox.node.models import Request
 from rollbox.server.metrics import Metrics
-from rollbox.server.responses import json_response
+from rollbox.server.responses import json_response, no_content
+from rollbox.server.routing import Query, Routes
 from rollbox.server.streams import Emit, ndjson
 
-Tenant = Callable[..., Coroutine[Any, Any, str]]
-_RAW_BODY = {"requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string",
-                                                                                  "format": "binary"}}}}}
+PATH = Query("path")
 
 
-class ForkRequest(BaseModel):
+class ForkRequest(Request):
     count: int = Field(ge=1, le=MAX_FORK)
 
 
-class SnapshotRequest(BaseModel):
+class SnapshotRequest(Request):
     name: str
 
 
@@ -35,60 +33,67 @@ class ArchiveResult(BaseModel):
     entries: int
 
 
-def router(node: Node, metrics: Metrics, auth: Tenant) -> APIRouter:
-    api = APIRouter(prefix="/v1")
-    tenant_of = Depends(auth)
+def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
+    add = routes.add
 
     # -- claims -----------------------------------------------------------------------------
 
-    @api.post("/sandboxes", status_code=201, response_model=ClaimInfo)
-    async def create(body: ClaimRequest, tenant: str = tenant_of) -> Response:
+    @add("POST", "/v1/sandboxes", body=ClaimRequest, answer=ClaimInfo, status=201)
+    async def create_sandbox(tenant: str, body: ClaimRequest) -> Response:
+        """Claims a sandbox: warm from a pool when one has it, else started from its template or snapshot."""
         started = time.perf_counter()
         info = await node.claim(tenant, body)
         metrics.claims.inc()
         metrics.claim_seconds.observe(time.perf_counter() - started)
         return json_response(info, 201)
 
-    @api.get("/sandboxes", response_model=list[ClaimInfo])
-    async def list_(tenant: str = tenant_of) -> Response:
+    @add("GET", "/v1/sandboxes", answer=list[ClaimInfo])
+    async def list_sandboxes(tenant: str) -> Response:
+        """Lists the tenant's sandboxes."""
         return json_response(await node.claims(tenant))
 
-    @api.get("/sandboxes/{sandbox_id}", response_model=ClaimInfo)
-    async def get(sandbox_id: str, tenant: str = tenant_of) -> Response:
+    @add("GET", "/v1/sandboxes/{sandbox_id}", answer=ClaimInfo)
+    async def get_sandbox(tenant: str, sandbox_id: str) -> Response:
+        """Describes one sandbox."""
         return json_response(await node.get(tenant, sandbox_id))
 
-    @api.delete("/sandboxes/{sandbox_id}", status_code=204)
-    async def delete(sandbox_id: str, tenant: str = tenant_of) -> Response:
+    @add("DELETE", "/v1/sandboxes/{sandbox_id}", status=204)
+    async def delete_sandbox(tenant: str, sandbox_id: str) -> Response:
+        """Deletes a sandbox (its container goes in the background)."""
         await node.delete(tenant, sandbox_id)
-        return _done()
+        return no_content()
 
-    @api.post("/sandboxes/{sandbox_id}/reset", response_model=ClaimInfo)
-    async def reset(sandbox_id: str, tenant: str = tenant_of) -> Response:
+    @add("POST", "/v1/sandboxes/{sandbox_id}/reset", answer=ClaimInfo)
+    async def reset_sandbox(tenant: str, sandbox_id: str) -> Response:
+        """Puts the sandbox back to its template or snapshot; the id stays."""
         return json_response(await node.reset(tenant, sandbox_id))
 
-    @api.post("/sandboxes/{sandbox_id}/fork", response_model=list[ClaimInfo])
-    async def fork(sandbox_id: str, body: ForkRequest, tenant: str = tenant_of) -> Response:
+    @add("POST", "/v1/sandboxes/{sandbox_id}/fork", body=ForkRequest, answer=list[ClaimInfo])
+    async def fork_sandbox(tenant: str, sandbox_id: str, body: ForkRequest) -> Response:
+        """Makes `count` new sandboxes with this one's files."""
         return json_response(await node.fork(tenant, sandbox_id, body.count))
 
-    @api.post("/sandboxes/{sandbox_id}/pause", response_model=ClaimInfo)
-    async def pause(sandbox_id: str, tenant: str = tenant_of) -> Response:
+    @add("POST", "/v1/sandboxes/{sandbox_id}/pause", answer=ClaimInfo)
+    async def pause_sandbox(tenant: str, sandbox_id: str) -> Response:
+        """Freezes the sandbox's processes until it is resumed."""
         return json_response(await node.pause(tenant, sandbox_id))
 
-    @api.post("/sandboxes/{sandbox_id}/resume", response_model=ClaimInfo)
-    async def resume(sandbox_id: str, tenant: str = tenant_of) -> Response:
+    @add("POST", "/v1/sandboxes/{sandbox_id}/resume", answer=ClaimInfo)
+    async def resume_sandbox(tenant: str, sandbox_id: str) -> Response:
+        """Thaws a paused sandbox."""
         return json_response(await node.resume(tenant, sandbox_id))
 
     # -- commands ---------------------------------------------------------------------------
 
-    @api.post("/sandboxes/{sandbox_id}/exec", response_model=ExecResult)
-    async def exec_(sandbox_id: str, body: ExecRequest, tenant: str = tenant_of) -> Response:
+    @add("POST", "/v1/sandboxes/{sandbox_id}/exec", body=ExecRequest, answer=ExecResult)
+    async def exec_command(tenant: str, sandbox_id: str, body: ExecRequest) -> Response:
+        """Runs a command and answers when it ends."""
         metrics.execs.inc()
         return json_response(await node.exec(tenant, sandbox_id, body))
 
-    @api.post("/sandboxes/{sandbox_id}/exec/stream", response_class=Response, responses={200: {
-        "content": {"application/x-ndjson": {}},
-        "description": '{"type": "stdout"|"stderr", "data"} lines, then {"type": "result", "result": ExecResult}'}})
-    async def exec_stream(sandbox_id: str, body: ExecRequest, tenant: str = tenant_of) -> Response:
+    @add("POST", "/v1/sandboxes/{sandbox_id}/exec/stream", body=ExecRequest, answer="application/x-ndjson")
+    async def exec_stream(tenant: str, sandbox_id: str, body: ExecRequest) -> Response:
+        """Runs a command, streaming {"type": "stdout"|"stderr", "data"} lines, then {"type": "result"}."""
         metrics.execs.inc()
 
         async def produce(emit: Emit) -> None:
@@ -100,66 +105,67 @@ def router(node: Node, metrics: Metrics, auth: Tenant) -> APIRouter:
 
     # -- files ------------------------------------------------------------------------------
 
-    @api.get("/sandboxes/{sandbox_id}/files", response_class=Response,
-             responses={200: {"content": {"application/octet-stream": {}}}})
-    async def read(sandbox_id: str, path: str, tenant: str = tenant_of) -> Response:
-        data = await node.files(tenant, sandbox_id, "read", path)
-        return Response(data, media_type="application/octet-stream")
+    @add("GET", "/v1/sandboxes/{sandbox_id}/files", answer="application/octet-stream", query=(PATH,))
+    async def read_file(tenant: str, sandbox_id: str, path: str) -> Response:
+        """Reads a file's bytes."""
+        return Response(await node.files(tenant, sandbox_id, "read", path), media_type="application/octet-stream")
 
-    @api.put("/sandboxes/{sandbox_id}/files", status_code=204, openapi_extra=_RAW_BODY)
-    async def write(sandbox_id: str, path: str, request: Request, mode: int = Query(0o644, ge=0, le=0o7777),
-                    tenant: str = tenant_of) -> Response:
-        await node.files(tenant, sandbox_id, "write", path, data=await request.body(), mode=mode)
-        return _done()
+    @add("PUT", "/v1/sandboxes/{sandbox_id}/files", body=bytes, status=204, query=(PATH, Query("mode", int, 0o644)))
+    async def write_file(tenant: str, sandbox_id: str, path: str, mode: int, body: bytes) -> Response:
+        """Writes a file (parents are created)."""
+        await node.files(tenant, sandbox_id, "write", path, data=body, mode=mode)
+        return no_content()
 
-    @api.delete("/sandboxes/{sandbox_id}/files", status_code=204)
-    async def remove(sandbox_id: str, path: str, recursive: bool = False, tenant: str = tenant_of) -> Response:
+    @add("DELETE", "/v1/sandboxes/{sandbox_id}/files", status=204, query=(PATH, Query("recursive", bool, False)))
+    async def remove_file(tenant: str, sandbox_id: str, path: str, recursive: bool) -> Response:
+        """Removes a file, or a directory with recursive=true."""
         await node.files(tenant, sandbox_id, "remove", path, recursive=recursive)
-        return _done()
+        return no_content()
 
-    @api.get("/sandboxes/{sandbox_id}/files/list", response_model=list[FileInfo])
-    async def list_files(sandbox_id: str, path: str = ".", tenant: str = tenant_of) -> Response:
+    @add("GET", "/v1/sandboxes/{sandbox_id}/files/list", answer=list[FileInfo], query=(Query("path", str, "."),))
+    async def list_files(tenant: str, sandbox_id: str, path: str) -> Response:
+        """Lists a directory."""
         return json_response(await node.files(tenant, sandbox_id, "list", path))
 
-    @api.get("/sandboxes/{sandbox_id}/files/stat", response_model=FileInfo)
-    async def stat(sandbox_id: str, path: str, tenant: str = tenant_of) -> Response:
+    @add("GET", "/v1/sandboxes/{sandbox_id}/files/stat", answer=FileInfo, query=(PATH,))
+    async def stat_file(tenant: str, sandbox_id: str, path: str) -> Response:
+        """Describes a file (404 file_not_found if absent)."""
         return json_response(await node.files(tenant, sandbox_id, "stat", path))
 
-    @api.post("/sandboxes/{sandbox_id}/files/mkdir", status_code=204)
-    async def mkdir(sandbox_id: str, path: str, tenant: str = tenant_of) -> Response:
+    @add("POST", "/v1/sandboxes/{sandbox_id}/files/mkdir", status=204, query=(PATH,))
+    async def make_directory(tenant: str, sandbox_id: str, path: str) -> Response:
+        """Creates a directory and its parents."""
         await node.files(tenant, sandbox_id, "mkdir", path)
-        return _done()
+        return no_content()
 
-    @api.get("/sandboxes/{sandbox_id}/files/archive", response_class=Response,
-             responses={200: {"content": {"application/x-tar": {}}}})
-    async def download(sandbox_id: str, path: str, tenant: str = tenant_of) -> Response:
+    @add("GET", "/v1/sandboxes/{sandbox_id}/files/archive", answer="application/x-tar", query=(PATH,))
+    async def download_archive(tenant: str, sandbox_id: str, path: str) -> Response:
+        """A tar archive of a directory or file."""
         return Response(await node.files(tenant, sandbox_id, "download_tar", path), media_type="application/x-tar")
 
-    @api.put("/sandboxes/{sandbox_id}/files/archive", response_model=ArchiveResult, openapi_extra=_RAW_BODY)
-    async def upload(sandbox_id: str, path: str, request: Request, tenant: str = tenant_of) -> Response:
-        entries = await node.files(tenant, sandbox_id, "upload_tar", path, archive=await request.body())
-        return json_response({"entries": entries})
+    @add("PUT", "/v1/sandboxes/{sandbox_id}/files/archive", body=bytes, answer=ArchiveResult, query=(PATH,))
+    async def upload_archive(tenant: str, sandbox_id: str, path: str, body: bytes) -> Response:
+        """Unpacks a tar archive into a directory."""
+        entries = await node.files(tenant, sandbox_id, "upload_tar", path, archive=body)
+        return json_response(ArchiveResult(entries=entries))
 
     # -- snapshots --------------------------------------------------------------------------
 
-    @api.post("/sandboxes/{sandbox_id}/snapshot", response_model=SnapshotInfo)
-    async def snapshot(sandbox_id: str, body: SnapshotRequest, tenant: str = tenant_of) -> Response:
+    @add("POST", "/v1/sandboxes/{sandbox_id}/snapshot", body=SnapshotRequest, answer=SnapshotInfo)
+    async def snapshot_sandbox(tenant: str, sandbox_id: str, body: SnapshotRequest) -> Response:
+        """Saves the sandbox's files under a name new sandboxes can start from."""
         return json_response(await node.snapshot(tenant, sandbox_id, body.name))
 
-    @api.get("/snapshots", response_model=list[SnapshotInfo])
-    async def snapshots(tenant: str = tenant_of) -> Response:
+    @add("GET", "/v1/snapshots", answer=list[SnapshotInfo])
+    async def list_snapshots(tenant: str) -> Response:
+        """Lists the tenant's snapshots."""
         return json_response(await node.snapshots(tenant))
 
-    @api.delete("/snapshots/{name}", status_code=204)
-    async def delete_snapshot(name: str, tenant: str = tenant_of) -> Response:
+    @add("DELETE", "/v1/snapshots/{name}", status=204)
+    async def delete_snapshot(tenant: str, name: str) -> Response:
+        """Deletes a snapshot; sandboxes started from it keep their files."""
         await node.delete_snapshot(tenant, name)
-        return _done()
-
-    return api
-
-
-def _done() -> Response:
-    return Response(status_code=204)
+        return no_content()
 
 
 def _exec_error(error: RollboxError) -> dict[str, Any]:

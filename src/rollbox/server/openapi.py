@@ -1,0 +1,82 @@
+"""The OpenAPI document, built from the same route specs the server dispatches on."""
+
+from __future__ import annotations
+
+import re
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from rollbox.server.routing import REQUIRED, RouteSpec
+
+_TYPES = {str: "string", int: "integer", bool: "boolean", float: "number"}
+_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["code", "message"],
+    "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}}
+
+
+def document(specs: list[RouteSpec], title: str, version: str, description: str) -> dict[str, Any]:
+    models = sorted({model for spec in specs for model in _models(spec)}, key=lambda m: m.__name__)
+    _, schemas = models_json_schema([(model, "validation") for model in models],
+                                    ref_template="#/components/schemas/{model}")
+    paths: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        paths.setdefault(spec.path, {})[spec.method.lower()] = _operation(spec)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version, "description": description},
+        "paths": paths,
+        "components": {"schemas": {**schemas.get("$defs", {}), "Error": _ERROR},
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }
+
+
+def _operation(spec: RouteSpec) -> dict[str, Any]:
+    summary = (spec.handler.__doc__ or spec.handler.__name__).strip().splitlines()[0]
+    parameters = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                  for name in re.findall(r"{(\w+)}", spec.path)]
+    parameters += [{"name": q.name, "in": "query", "required": q.default is REQUIRED,
+                    "schema": {"type": _TYPES[q.type]} | ({} if q.default is REQUIRED else {"default": q.default})}
+                   for q in spec.query]
+    failure = {"description": "an error", "content": {"application/json": {"schema": _ref_named("Error")}}}
+    operation: dict[str, Any] = {"operationId": spec.handler.__name__, "summary": summary,
+                                 "responses": {str(spec.status): _answer(spec.answer), "default": failure}}
+    if parameters:
+        operation["parameters"] = parameters
+    if spec.body is bytes:
+        operation["requestBody"] = {"required": True, "content": {"application/octet-stream": {
+            "schema": {"type": "string", "format": "binary"}}}}
+    elif spec.body is not None:
+        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(spec.body)}}}
+    if spec.auth:
+        operation["security"] = [{"bearer": []}]
+    return operation
+
+
+def _answer(answer: Any) -> dict[str, Any]:
+    if answer is None:
+        return {"description": "done, no content"}
+    if isinstance(answer, str):
+        return {"description": f"{answer} content", "content": {answer: {}}}
+    return {"description": "success", "content": {"application/json": {"schema": _schema(answer)}}}
+
+
+def _schema(answer: Any) -> dict[str, Any]:
+    if typing.get_origin(answer) is list:
+        return {"type": "array", "items": _ref(typing.get_args(answer)[0])}
+    return _ref(answer)
+
+
+def _ref(model: type) -> dict[str, Any]:
+    return _ref_named(model.__name__)
+
+
+def _ref_named(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _models(spec: RouteSpec) -> list[type[BaseModel]]:
+    found = [spec.body, spec.answer, *typing.get_args(spec.answer)]
+    return [m for m in found if isinstance(m, type) and issubclass(m, BaseModel)]
