@@ -170,6 +170,37 @@ def test_output_flood(box: Sandbox, neighbour: Neighbour, host: Host, runtime_na
     neighbour.check()
 
 
+INOTIFY_HOG = """nohup python3 -c '
+import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+count = 0
+while libc.inotify_init() >= 0:
+    count += 1
+print(count, flush=True)
+time.sleep(600)' > /tmp/inotify.out 2>&1 &
+for i in $(seq 100); do test -s /tmp/inotify.out && break; sleep 0.1; done; cat /tmp/inotify.out"""
+INOTIFY_PROBE = "python3 -c 'import ctypes; print(ctypes.CDLL(None).inotify_init() >= 0)'"
+
+
+def test_inotify_exhaustion(box: Sandbox, neighbour: Neighbour, runtime_name: str,
+                            request: pytest.FixtureRequest) -> None:
+    """Taking every inotify instance must not starve the neighbour (file watchers, `tail -f`).
+
+    Under runc this fails: the kernel counts inotify instances per uid, and every sandbox's user is
+    uid 1000 of the host's user namespace, so one sandbox exhausts them for all (and for the host's
+    uid 1000). gVisor keeps inotify inside its sentry. Closing it needs a uid (or a user namespace
+    whose limits are not charged back to one shared uid) per sandbox: a known gap.
+    """
+    if runtime_name == "runc":
+        request.applymarker(pytest.mark.xfail(strict=True, reason="per-uid kernel limits are shared (no userns)"))
+    taken = box.exec(INOTIFY_HOG, timeout=60)
+    try:
+        assert int(taken.stdout) > 0, taken
+        assert neighbour.sandbox.exec(INOTIFY_PROBE).stdout == "True\n", "the neighbour has no inotify left"
+    finally:
+        box.exec("pkill -f inotify_init; true")
+
+
 def test_cpu_hog(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host, runtime_name: str) -> None:
     """Four busy loops must get at most their one core and leave the neighbour's commands fast."""
     assert cgroup_value(attack_engine, box, "cpu", "cpu.cfs_quota_us") == str(int(LIMITS.cpu * 100_000))
