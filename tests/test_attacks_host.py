@@ -118,6 +118,23 @@ def test_host_processes_are_not_visible(box: Sandbox, neighbour: Neighbour, user
 
 
 @USERS
+def test_host_ipc_is_not_visible(box: Sandbox, user: str | None) -> None:
+    """The host's System V shared memory and POSIX shared memory (/dev/shm) stay out of the sandbox."""
+    name = f"rollbox-attack-{secrets.token_hex(6)}"
+    shm = Path("/dev/shm") / name
+    shm.write_text("host secret")
+    made = subprocess.run(["ipcmk", "-M", "4096"], capture_output=True, text=True, check=True)
+    segment = made.stdout.split()[-1]
+    try:
+        result = box.exec(f"ls -A /dev/shm; ipcs -m; cat /dev/shm/{name}", user=user)
+        assert name not in result.stdout and "host secret" not in result.stdout, result
+        assert f" {segment} " not in f" {result.stdout} ".replace("\n", " "), result
+    finally:
+        shm.unlink()
+        subprocess.run(["ipcrm", "-m", segment], check=False)
+
+
+@USERS
 def test_host_processes_cannot_be_signalled_or_traced(box: Sandbox, neighbour: Neighbour, host: Host,
                                                       runtime_name: str, user: str | None) -> None:
     """kill -9 of host pids by number (and of everything), and ptrace attach, must leave host processes alone."""
