@@ -266,15 +266,12 @@ def test_device_node_in_the_root_filesystem(attack_engine: Engine, box: Sandbox)
         assert all(member.name != "null-device" or not member.isfile() for member in tar.getmembers())
 
 
-def test_fifo_does_not_hang_the_host(attack_engine: Engine, box: Sandbox, runtime_name: str,
-                                     request: pytest.FixtureRequest) -> None:
+def test_fifo_does_not_hang_the_host(attack_engine: Engine, box: Sandbox) -> None:
     """A named pipe where the host expects a file must not block the engine's read forever.
 
     Under gVisor the pipe lives in the sentry and the host never sees it; under runc it is a real
-    FIFO in the upper, and files.read opens it without O_NONBLOCK: a known gap (files.py).
+    FIFO in the upper: files.read must refuse it at once instead of blocking on it.
     """
-    if runtime_name == "runc":
-        request.applymarker(pytest.mark.xfail(strict=True, reason="files.read blocks on a FIFO (files.py)"))
     made = box.exec("mkfifo /home/user/pipe && echo made")
     assert made.stdout == "made\n", made
     outcome: list[object] = []

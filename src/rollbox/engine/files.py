@@ -105,10 +105,13 @@ class SandboxFiles:
 
     def read(self, path: str, limit: int | None = None) -> bytes:
         limit = limit or self.max_upload
-        with self._open(path, os.O_RDONLY) as fd:
+        # Non-blocking: a FIFO planted by the sandbox must not hang the host's read.
+        with self._open(path, os.O_RDONLY | os.O_NONBLOCK) as fd:
             info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode):
                 raise InvalidRequest(f"{path} is a directory: use list or download_dir")
+            if not stat.S_ISREG(info.st_mode):
+                raise InvalidRequest(f"{path} is not a regular file (a FIFO, socket or device): it cannot be read")
             if info.st_size > limit:
                 raise TooLarge(f"{path} is {info.st_size} bytes, more than the {limit}-byte limit")
             chunks, size = [], 0
@@ -276,7 +279,11 @@ class SandboxFiles:
                         total += info.st_size
                         if total > self.max_upload:
                             raise TooLarge(f"{path} holds more than the {self.max_upload}-byte limit")
-                        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+                        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                                     dir_fd=dir_fd)
+                        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO after the stat
+                            os.close(fd)
+                            continue
                         with os.fdopen(fd, "rb") as handle:
                             member.size = info.st_size
                             tar.addfile(member, handle)
