@@ -1,9 +1,9 @@
 """`LocalNode`: this machine's templates, warm pools and claims, over an in-process engine.
 
 Claims are the unit a tenant holds. A claim points at one engine sandbox; `reset` points it at
-a fresh one and deletes the old one in the background, so the claim id never changes. Every
-blocking engine call runs in a worker thread; only `exec` stays on the event loop, because the
-engine's agent client is async.
+a fresh one and deletes the old one in the background, so the claim id never changes. Blocking
+engine calls run in worker threads; the hot paths stay on the event loop: `exec` (the engine's
+agent client is async) and a warm claim (popping a pool and one SQLite write, microseconds).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from rollbox.errors import (
     InvalidRequest,
     NotFound,
     SandboxNotFound,
+    SandboxNotRunning,
     SnapshotNotFound,
     TemplateNotFound,
 )
@@ -184,16 +185,16 @@ class LocalNode:
         try:
             warm = None if snapshot else self._take_warm(template, request.warmpool)
             sandbox_id = warm or await to_thread.run_sync(self._start_cold, template, snapshot)
-            now = time.time()
-            claim = Claim(
-                id=secrets.token_hex(8), tenant=tenant, sandbox_id=sandbox_id, created_at=now,
-                template=template or self.engine.info(sandbox_id).template, warmpool=request.warmpool,
-                snapshot=request.snapshot, shutdown_after=request.shutdown_after,
-                expires_at=now + request.shutdown_after if request.shutdown_after else None,
-                idle_pause_after=request.idle_pause_after, env=request.env or {}, labels=request.labels or {},
-                last_used=time.monotonic(),
-            )
             try:
+                now = time.time()
+                claim = Claim(
+                    id=secrets.token_hex(8), tenant=tenant, sandbox_id=sandbox_id, created_at=now,
+                    template=template or self.engine.info(sandbox_id).template, warmpool=request.warmpool,
+                    snapshot=request.snapshot, shutdown_after=request.shutdown_after,
+                    expires_at=now + request.shutdown_after if request.shutdown_after else None,
+                    idle_pause_after=request.idle_pause_after, env=request.env or {}, labels=request.labels or {},
+                    last_used=time.monotonic(),
+                )
                 self.store.put_claims([claim], from_pool=warm)
             except BaseException:
                 self._discard([sandbox_id])
@@ -252,7 +253,7 @@ class LocalNode:
     def _get(self, tenant: str, claim_id: str) -> Claim:
         claim = self._claims.get(claim_id)
         if claim is None or claim.tenant != tenant:
-            raise SandboxNotFound(f"sandbox {claim_id!r} does not exist (deleted, expired or never created)")
+            raise _gone(claim_id)
         return claim
 
     async def delete(self, tenant: str, claim_id: str) -> None:
@@ -270,6 +271,8 @@ class LocalNode:
     async def exec(self, tenant: str, claim_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
                    on_stderr: OutputCallback | None = None) -> ExecResult:
         claim = self._get(tenant, claim_id)
+        if claim.paused == "user":
+            raise SandboxNotRunning(f"sandbox {claim.id} is paused: resume it before running commands")
         with self._lock:
             claim.busy += 1
             idle = claim.paused == "idle"
@@ -323,13 +326,13 @@ class LocalNode:
         return await to_thread.run_sync(self._reset, self._get(tenant, claim_id))
 
     def _reset(self, claim: Claim) -> ClaimInfo:
-        with self._using(claim), claim.lock:
+        with self._using(claim), self._holding(claim):
             snapshot = _snapshot_key(claim.tenant, claim.snapshot) if claim.snapshot else None
             warm = None if snapshot else self._take_warm(claim.template, claim.warmpool)
             try:
                 sandbox_id = warm or self._start_cold(claim.template, snapshot)
-            except (CapacityExceeded, SnapshotNotFound):
-                # No room for a second sandbox, or its snapshot is gone: restart this one in place.
+            except (CapacityExceeded, NotFound):
+                # No room for a second sandbox, or its template or snapshot is gone: restart this one in place.
                 self._thaw(claim)
                 self.engine.reset(claim.sandbox_id)
                 self.store.put_claims([claim])
@@ -345,7 +348,7 @@ class LocalNode:
         return await to_thread.run_sync(self._fork, self._get(tenant, claim_id), count)
 
     def _fork(self, parent: Claim, count: int) -> list[ClaimInfo]:
-        with self._using(parent), parent.lock:
+        with self._using(parent), self._holding(parent):
             self._take_quota(parent.tenant, count)
             try:
                 self._reserve(count)
@@ -379,7 +382,7 @@ class LocalNode:
         return await to_thread.run_sync(self._set_paused, self._get(tenant, claim_id), None)
 
     def _set_paused(self, claim: Claim, paused: str | None) -> ClaimInfo:
-        with claim.lock:
+        with self._holding(claim):
             if paused:
                 self.engine.pause(claim.sandbox_id)
             else:
@@ -388,6 +391,14 @@ class LocalNode:
             claim.last_used = time.monotonic()
             self.store.put_claims([claim])
         return claim.info()
+
+    @contextlib.contextmanager
+    def _holding(self, claim: Claim) -> Iterator[None]:
+        """The claim's lock, provided nobody deleted the claim (or let it expire) while we waited for it."""
+        with claim.lock:
+            if claim.id not in self._claims:
+                raise _gone(claim.id)
+            yield
 
     def _thaw(self, claim: Claim) -> None:
         """Resumes a paused sandbox before the engine stops it (fork, snapshot, reset restart it running)."""
@@ -406,7 +417,7 @@ class LocalNode:
         return await to_thread.run_sync(self._snapshot, self._get(tenant, claim_id), name)
 
     def _snapshot(self, claim: Claim, name: str) -> SnapshotInfo:
-        with self._using(claim), claim.lock:
+        with self._using(claim), self._holding(claim):
             self._thaw(claim)
             info = self.engine.snapshot(claim.sandbox_id, _snapshot_key(claim.tenant, name))
             self.store.put_snapshot(claim.tenant, name, claim.id)
@@ -588,6 +599,10 @@ class LocalNode:
         self._starter.shutdown(wait=True)
         self._deleter.shutdown(wait=True)
         self.store.close()
+
+
+def _gone(claim_id: str) -> SandboxNotFound:
+    return SandboxNotFound(f"sandbox {claim_id!r} does not exist (deleted, expired or never created)")
 
 
 def _snapshot_key(tenant: str, name: str) -> str:
