@@ -118,7 +118,8 @@ class Host:
     root_canary: Path
     """A file in the host's /root."""
     hashes: dict[str, str] = field(default_factory=dict)
-    usr_bin: int = 0
+    usr_bin: set[str] = field(default_factory=set)
+    """What the host's /usr/bin held at the start: all of it must still be there (installs may add)."""
 
     @property
     def secret_file(self) -> Path:
@@ -130,7 +131,7 @@ class Host:
         assert (self.directory / "victim").read_bytes() == b"victim\n"
         assert self.root_canary.read_bytes() == self.secret
         assert _hashes() == self.hashes
-        assert len(os.listdir("/usr/bin")) == self.usr_bin
+        assert self.usr_bin <= set(os.listdir("/usr/bin")), "files vanished from the host's /usr/bin"
         assert self.engine.agent.is_file() and os.access(self.engine.agent, os.X_OK)
         assert os.system("true") == 0, "the host cannot start processes"
 
@@ -151,7 +152,7 @@ def host(attack_engine: Engine) -> Iterator[Host]:
     (directory / "victim").write_bytes(b"victim\n")
     root_canary = Path("/root") / f".rollbox-attack-{secrets.token_hex(6)}"
     root_canary.write_bytes(secret)
-    evidence = Host(attack_engine, directory, secret, root_canary, _hashes(), len(os.listdir("/usr/bin")))
+    evidence = Host(attack_engine, directory, secret, root_canary, _hashes(), set(os.listdir("/usr/bin")))
     try:
         yield evidence
     finally:

@@ -1,4 +1,4 @@
-"""Attacks on shared resources: fork bomb, memory bomb, disk fill, output flood, CPU hog.
+"""Attacks on shared resources: fork bomb, memory bomb, disk fill, output flood, CPU hog, inotify.
 
 Each must stop at the sandbox's own limit (cgroup pids, memory and CPU quota; the size of the
 upper's tmpfs; the agent's output cap) while the neighbour keeps answering quickly and the host is
@@ -126,6 +126,10 @@ def test_disk_fill(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, ho
                  "dd if=/dev/zero of=$dir/fill bs=1M count=1024 2>/dev/null; done; echo done")
     assert box.exec(root_fill, user="root", timeout=120).stdout == "done\n"
     assert sorted(os.listdir(run_dir)) == ["agent.sock"], "the sandbox wrote into the host's run directory"
+    # The agent's own stdout and stderr go to a log file on the host's disk: out of reach too.
+    box.exec("for fd in 0 1 2; do dd if=/dev/zero of=/proc/1/fd/$fd bs=1M count=64; done", user="root")
+    logs = attack_engine.sandbox_dir / box.id
+    assert all(log.stat().st_size < 2**20 for log in logs.glob("*.log")), "the sandbox wrote into the host's logs"
     assert host_free_bytes("/") > free_before - 2**30, "the host's disk filled up"
     with pytest.raises(TooLarge):
         box.files.write("/home/user/more", b"x" * 2**20)

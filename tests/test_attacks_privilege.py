@@ -83,7 +83,7 @@ def test_privileged_syscalls_fail(box: Sandbox, neighbour: Neighbour, host: Host
     # The command-line tools fail the same way.
     tools = box.exec("unshare -Ur true; unshare -m true; unshare -n true; mount -t tmpfs none /mnt; "
                      "mount --bind / /mnt; umount -l /usr/bin; umount /proc; chroot / true; "
-                     "modprobe -q dummy; hostname evil; echo end", user=user, timeout=60)
+                     "modprobe -q dummy; hostname evil; dmesg; echo end", user=user, timeout=60)
     assert tools.stdout == "end\n" and box.exec("hostname").stdout == "sandbox\n", tools
     host.check()
     neighbour.check()

@@ -507,6 +507,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     drop_capability(CAP_CHOWN);
+    /* Standard output and error are the host's log file, kept for the startup errors above. gVisor
+     * lets a command running as root open them through /proc/1/fd (it checks no capabilities
+     * there), which would let it fill the host's disk: from here on they lead nowhere. */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) die("/dev/null");
+    if (null > 2) close(null);
     ssize_t length = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
     self_exe[length > 0 ? length : 0] = 0;
     fcntl(listener, F_SETFD, FD_CLOEXEC);
