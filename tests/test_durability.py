@@ -46,11 +46,12 @@ FETCH = ("python3 -c \"import urllib.request,time\nfor _ in range(100):\n"
 
 def footprint(engine: Engine) -> dict[str, object]:
     """Everything of this engine on the machine that a leak would show up in."""
-    controller = "" if is_v2() else "pids"
-    cgroup_dir = CGROUP_ROOT / controller / engine.cgroups.parent.lstrip("/")
+    hierarchies = [""] if is_v2() else ["pids", "memory", "freezer", "unified"]
+    cgroup_dirs = [CGROUP_ROOT / name / engine.cgroups.parent.lstrip("/") for name in hierarchies]
     return {
         "mounts": sorted(mounts.mounted_under(engine.data_dir)),
-        "cgroups": sorted(p.name for p in cgroup_dir.iterdir() if p.is_dir()) if cgroup_dir.exists() else [],
+        "cgroups": sorted(f"{d.parent.parent.name}/{p.name}" for d in cgroup_dirs if d.exists()
+                          for p in d.iterdir() if p.is_dir()),
         "containers": sorted(c for name in ("runc",) for c in engine.runtime(name).list()),
         "sandbox_dirs": sorted(p.name for p in engine.sandbox_dir.iterdir()),
         "run_dirs": sorted(p.name for p in engine.run_dir.iterdir()),

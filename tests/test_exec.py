@@ -107,3 +107,12 @@ def test_concurrent_execs(sandbox: Sandbox) -> None:
     started = time.monotonic()
     assert sorted(asyncio.run(many()), key=int) == [str(n) for n in range(20)]
     assert time.monotonic() - started < 3
+
+
+def test_a_same_size_fix_in_the_same_second_is_what_runs(sandbox: Sandbox) -> None:
+    """Python trusts a .pyc whose source has the same mtime second and size: sandboxes write none."""
+    sandbox.files.write("calc.py", "def add(a, b):\n    return a - b\n")
+    check = ["python3", "-c", "import calc; print(calc.add(2, 3))"]
+    assert sandbox.exec(check).stdout == "-1\n"
+    sandbox.files.write("calc.py", "def add(a, b):\n    return a + b\n")
+    assert sandbox.exec(check).stdout == "5\n"

@@ -14,7 +14,9 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids", "freezer", "devices", "blkio",
-                  "net_cls", "net_prio", "hugetlb", "perf_event", "rdma", "misc", "systemd")
+                  "net_cls", "net_prio", "hugetlb", "perf_event", "rdma", "misc", "systemd",
+                  "unified")
+"""Every v1 hierarchy a runtime may make a directory in; `unified` is the v2 one of a hybrid layout."""
 
 
 def is_v2() -> bool:

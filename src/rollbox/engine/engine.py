@@ -44,7 +44,11 @@ from rollbox.models import ExecResult, SandboxInfo, SandboxStats, SnapshotInfo
 from rollbox.spec import Limits, Network, SandboxTemplate
 
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox")
-BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "HOSTNAME": "sandbox", "TERM": "dumb"}
+BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "HOSTNAME": "sandbox", "TERM": "dumb",
+            "PYTHONDONTWRITEBYTECODE": "1"}
+"""Every command's environment. No bytecode caches: Python validates a .pyc by the source's mtime in
+whole seconds and its size, so a same-size fix written in the second a test imported the module would
+silently run the old code (and earn the old reward)."""
 PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
