@@ -282,3 +282,8 @@ async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode, engine: 
         assert [c.id for c in await again.claims("alice")] == [kept.id]
     finally:
         again.close()
+
+
+async def test_one_node_per_data_directory(node: LocalNode, engine: Engine) -> None:
+    with pytest.raises(Conflict, match="another rollbox node"):
+        LocalNode(engine)

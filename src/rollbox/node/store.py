@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from rollbox.errors import Conflict
 from rollbox.node.models import ClaimInfo
 
 SCHEMA = """
@@ -74,9 +75,17 @@ _PERSISTED = [f.name for f in fields(Claim) if f.name not in _TRANSIENT]
 class NodeStore:
     def __init__(self, path: Path) -> None:
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            # One node per data directory: holding the file saves two lock syscalls per write (~40 µs a
+            # claim) and makes a second node on the same directory fail at start instead of racing the first.
+            self._db.execute("PRAGMA locking_mode=EXCLUSIVE")
+            self._db.executescript(SCHEMA)
+        except sqlite3.OperationalError as error:
+            self._db.close()
+            raise Conflict(f"{path} is in use by another rollbox node ({error}): one node per data directory, "
+                           "stop the other one first") from None
         self._lock = threading.Lock()
 
     @contextmanager
