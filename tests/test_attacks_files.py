@@ -284,3 +284,40 @@ def test_fifo_does_not_hang_the_host(attack_engine: Engine, box: Sandbox) -> Non
         reader.join(5)
         raise AssertionError("files.read blocked on a FIFO planted by the sandbox")
     assert outcome and not isinstance(outcome[0], bytes), outcome
+
+
+FIFO_SWAP = """python3 - <<'EOF'
+import os, time
+os.makedirs("/home/user/swap", exist_ok=True)
+end, swaps = time.monotonic() + SECONDS, 0
+while time.monotonic() < end:
+    os.mkfifo("/home/user/fifo.tmp")
+    os.rename("/home/user/fifo.tmp", "/home/user/swap/file")     # a FIFO where a file was
+    with open("/home/user/file.tmp", "w") as handle:
+        handle.write("file")
+    os.rename("/home/user/file.tmp", "/home/user/swap/file")     # and a regular file again
+    swaps += 1
+print(swaps)
+EOF"""
+
+
+def test_fifo_swapped_in_during_download(box: Sandbox) -> None:
+    """A file swapped for a FIFO between the host's stat and its open must not hang download_tar."""
+    seconds = 3.0
+    calls: list[object] = []
+
+    def download() -> None:
+        while len(calls) < 100_000 and not stop.is_set():
+            calls.append(_attempt(box.files.download_tar, "/home/user/swap"))
+
+    stop = threading.Event()
+    box.exec("mkdir -p /home/user/swap && echo file > /home/user/swap/file")
+    with ThreadPoolExecutor(1) as pool:
+        swapper = pool.submit(box.exec, FIFO_SWAP.replace("SECONDS", str(seconds)), timeout=seconds + 60)
+        downloader = threading.Thread(target=download, daemon=True)
+        downloader.start()
+        swaps = swapper.result(timeout=120)
+        stop.set()
+        downloader.join(10)
+    assert not downloader.is_alive(), "download_tar hung on a FIFO swapped in by the sandbox"
+    assert int(swaps.stdout) > 10 and len(calls) > 10, (swaps, len(calls))
