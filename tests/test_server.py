@@ -199,6 +199,10 @@ def test_exec_streams_output_as_it_comes(alice: httpx.Client) -> None:
     assert events[-1]["type"] == "result"
     assert events[-1]["result"]["stdout"] == "one\nthree\n" and events[-1]["result"]["exit_code"] == 0
     error(alice.post("/v1/sandboxes/nope/exec/stream", json=body), 404, "sandbox_not_found")
+    started = time.monotonic()
+    with alice.stream("POST", f"/v1/sandboxes/{sandbox['id']}/exec/stream", json={"command": "sleep 1.5"}) as response:
+        assert time.monotonic() - started < 1  # a silent command still gets its answer started at once
+        assert json.loads(response.read())["result"]["exit_code"] == 0
 
 
 def test_files(alice: httpx.Client) -> None:

@@ -15,16 +15,20 @@ from rollbox.errors import RollboxError
 log = logging.getLogger("rollbox.server")
 
 Emit = Callable[[dict[str, Any]], None]
+FIRST_EVENT_WAIT = 0.2
+"""How long to hold the answer for a first event: failures before any output come within milliseconds."""
 _END = object()
+_NOTHING = object()
 
 
 async def ndjson(produce: Callable[[Emit], Awaitable[None]], error_event: Callable[[RollboxError], dict[str, Any]]
                  ) -> Response:
     """Runs `produce`, streaming each event it emits as one JSON line.
 
-    Waits for the first event before answering, so that a failure before any output (an unknown
-    sandbox, a paused one) is a plain error response with its status; a later failure becomes
-    the stream's last line, `error_event(error)`. A client that hangs up cancels the work.
+    Holds the answer up to FIRST_EVENT_WAIT for the first event, so that a failure before any
+    output (an unknown sandbox, a paused one) is a plain error response with its status; a later
+    failure becomes the stream's last line, `error_event(error)`. A client that hangs up cancels
+    the work.
     """
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -36,13 +40,16 @@ async def ndjson(produce: Callable[[Emit], Awaitable[None]], error_event: Callab
         queue.put_nowait(_END)
 
     task = asyncio.create_task(run())
-    first = await queue.get()
+    try:
+        first = await asyncio.wait_for(queue.get(), FIRST_EVENT_WAIT)
+    except TimeoutError:
+        first = _NOTHING
     if isinstance(first, Exception):
         raise first
 
     async def lines() -> AsyncIterator[bytes]:
         try:
-            item = first
+            item = first if first is not _NOTHING else await queue.get()
             while item is not _END:
                 if isinstance(item, Exception):
                     item = error_event(as_rollbox_error(item))
