@@ -34,6 +34,8 @@ class HostServices:
     udp: int
     dns: int
     abstract: bytes
+    path: str
+    """A unix socket on the host's filesystem (gVisor runs with --host-uds=all)."""
     received: list[str] = field(default_factory=list)
 
 
@@ -52,7 +54,7 @@ def _serve(server: socket.socket, name: str, received: list[str], stop: threadin
 
 
 @pytest.fixture
-def host_services() -> Iterator[HostServices]:
+def host_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostServices]:
     stop = threading.Event()
     servers: list[tuple[socket.socket, str]] = []
 
@@ -73,7 +75,9 @@ def host_services() -> Iterator[HostServices]:
     dns = listen(socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0), "dns").getsockname()[1]
     abstract = f"\0rollbox-attack-{secrets.token_hex(6)}".encode()
     listen(socket.AF_UNIX, socket.SOCK_STREAM, abstract, "abstract")
-    services = HostServices(tcp4, tcp6, udp, dns, abstract)
+    path = str(tmp_path_factory.mktemp("uds") / "host.sock")
+    listen(socket.AF_UNIX, socket.SOCK_STREAM, path, "path")
+    services = HostServices(tcp4, tcp6, udp, dns, abstract, path)
     threads = [threading.Thread(target=_serve, args=(server, name, services.received, stop), daemon=True)
                for server, name in servers]
     for thread in threads:
@@ -91,7 +95,7 @@ def host_services() -> Iterator[HostServices]:
 def _reach_host_script(services: HostServices) -> str:
     """A Python program that tries every host service and prints one line per attempt."""
     return f"""python3 - <<'EOF'
-import socket
+import os, socket
 def attempt(name, family, kind, address, payload=b"x"):
     s = socket.socket(family, kind)
     s.settimeout(2)
@@ -113,21 +117,30 @@ attempt("udp", socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", {services.udp}))
 query = bytes.fromhex("abcd01000001000000000000") + b"\\x04pypi\\x03org\\x00\\x00\\x01\\x00\\x01"
 attempt("dns", socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", {services.dns}), query)
 attempt("abstract", socket.AF_UNIX, socket.SOCK_STREAM, {services.abstract!r})
+attempt("path", socket.AF_UNIX, socket.SOCK_STREAM, {services.path!r})
+try:
+    os.symlink({services.path!r}, "/tmp/host-link.sock")
+    os.symlink("{"../" * 24}{services.path.lstrip("/")}", "/tmp/host-rel.sock")
+except FileExistsError:
+    pass
+attempt("path-link", socket.AF_UNIX, socket.SOCK_STREAM, "/tmp/host-link.sock")
+attempt("path-rel", socket.AF_UNIX, socket.SOCK_STREAM, "/tmp/host-rel.sock")
 EOF"""
 
 
 @pytest.mark.parametrize("user", [None, "root"], ids=["user", "root"])
 def test_host_loopback_services_are_unreachable(box: Sandbox, host_services: HostServices,
                                                 user: str | None) -> None:
-    """TCP (v4, v6), UDP and DNS listeners on the host's 127.0.0.1 and an abstract socket: none reachable."""
+    """TCP (v4, v6), UDP and DNS on the host's 127.0.0.1, abstract and path unix sockets: none reachable."""
     # First show the listeners work, from the host itself.
     for family, kind, address in ((socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", host_services.tcp4)),
-                                  (socket.AF_UNIX, socket.SOCK_STREAM, host_services.abstract)):
+                                  (socket.AF_UNIX, socket.SOCK_STREAM, host_services.abstract),
+                                  (socket.AF_UNIX, socket.SOCK_STREAM, host_services.path)):
         with socket.socket(family, kind) as probe:
             probe.connect(address)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.sendto(b"x", ("127.0.0.1", host_services.udp))
-    _wait_for(lambda: {"tcp4", "abstract", "udp"} <= set(host_services.received))
+    _wait_for(lambda: {"tcp4", "abstract", "path", "udp"} <= set(host_services.received))
     host_services.received.clear()
 
     result = box.exec(_reach_host_script(host_services), user=user, timeout=60)
@@ -192,3 +205,15 @@ def test_loopback_inside_works_across_commands(box: Sandbox, neighbour: Neighbou
         probe.connect(("127.0.0.1", port))
     other = neighbour.sandbox.exec(fetch.replace("range(100)", "range(3)"), timeout=60)
     assert token not in other.stdout, other
+    # An abstract unix socket (per network namespace) is out of the neighbour's and the host's reach too.
+    name = f"rollbox-attack-{token}"
+    served = box.exec(f"(setsid nohup python3 -c 'import socket, time; s = socket.socket(socket.AF_UNIX); "
+                      f"s.bind(b\"\\0{name}\"); s.listen(); time.sleep(600)' >/dev/null 2>&1 &); sleep 1; "
+                      "grep -c @" + name + " /proc/net/unix")
+    assert served.stdout == "1\n", served
+    connect = (f"python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(b\"\\0{name}\"); "
+               "print(\"REACHED\")'")
+    assert "REACHED" in box.exec(connect).stdout
+    assert "REACHED" not in neighbour.sandbox.exec(connect).stdout
+    with socket.socket(socket.AF_UNIX) as probe, pytest.raises(OSError):
+        probe.connect(f"\0{name}".encode())
