@@ -321,3 +321,39 @@ def test_fifo_swapped_in_during_download(box: Sandbox) -> None:
         downloader.join(10)
     assert not downloader.is_alive(), "download_tar hung on a FIFO swapped in by the sandbox"
     assert int(swaps.stdout) > 10 and len(calls) > 10, (swaps, len(calls))
+
+
+def test_tar_slip_on_the_trainers_side(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """download_dir unpacks what a sandbox made on the trainer's machine: nothing may land outside its directory.
+
+    A sandbox controls every name and link in the archive (and can race its directory walk into
+    emitting a link followed by entries beneath it), so the SDK's unpacking is attacked directly.
+    """
+    from rollbox.client import _archive
+
+    outside = tmp_path_factory.mktemp("trainer-home")
+    (outside / "victim").write_text("victim")
+    hostile = [
+        (_entry("../escaped"), b"pwned"),
+        (_entry(f"{outside}/absolute"), b"pwned"),
+        (_entry("link", tarfile.SYMTYPE, str(outside)), None),
+        (_entry("link/through-link"), b"pwned"),
+        (_entry("rel", tarfile.SYMTYPE, "../" * 24 + str(outside).lstrip("/")), None),
+        (_entry("rel/through-relative-link"), b"pwned"),
+        (_entry("hard", tarfile.LNKTYPE, str(outside / "victim")), None),
+        (_entry("victim-link", tarfile.SYMTYPE, str(outside / "victim")), None),
+        (_entry("victim-link"), b"pwned"),
+        (_entry("device", tarfile.CHRTYPE), None),
+    ]
+    for member, data in hostile:
+        dest = tmp_path_factory.mktemp("download")
+        with contextlib.suppress(tarfile.TarError, OSError):
+            _archive.unpack(_tar((_entry("link", tarfile.SYMTYPE, str(outside)), None), (member, data)), dest)
+        assert sorted(os.listdir(outside)) == ["victim"], f"{member.name} wrote outside the download directory"
+        assert (outside / "victim").read_text() == "victim", member.name
+        assert not (dest.parent / "escaped").exists()
+    setuid = _entry("tool")
+    setuid.mode = 0o6755
+    dest = tmp_path_factory.mktemp("download")
+    _archive.unpack(_tar((setuid, b"#!/bin/sh\n")), dest)
+    assert (dest / "tool").stat().st_mode & 0o7000 == 0, "a setuid bit survived unpacking"
