@@ -227,10 +227,9 @@ async def test_idle_sandboxes_pause_and_wake_on_the_next_call(node: LocalNode, e
     busy = node.exec("alice", claim.id, ExecRequest(command="sleep 0.8; echo done"))
     assert (await busy).stdout == "done\n"  # a running command keeps it awake
 
-    async def paused() -> bool:
-        return (await node.get("alice", claim.id)).state == "paused"
+    async def paused() -> bool:  # the claim says so a moment before the engine has frozen it
+        return (await node.get("alice", claim.id)).state == engine.info(sandbox_id).state == "paused"
     await until(paused)
-    assert engine.info(sandbox_id).state == "paused"
     assert await run(node, "alice", claim.id, "echo awake") == "awake\n"
     assert (await node.get("alice", claim.id)).state == "running"
 
@@ -287,3 +286,21 @@ async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode, engine: 
 async def test_one_node_per_data_directory(node: LocalNode, engine: Engine) -> None:
     with pytest.raises(Conflict, match="another rollbox node"):
         LocalNode(engine)
+
+
+async def test_sandboxes_deleted_behind_the_nodes_back_are_forgotten(node: LocalNode, engine: Engine,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rollbox.node.local.RECONCILE_EVERY", 0.1)
+    node.close()
+    node.__init__(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)  # type: ignore[misc]  # picks up the setting
+    await node.apply(pool(replicas=1), print)
+    await filled(node)
+    claim = await node.claim("alice", ClaimRequest(template="basic"))
+    await filled(node)
+    engine.delete(node._claims[claim.id].sandbox_id)
+    engine.delete(node._pools["basic-pool"].ready[0])
+
+    async def forgotten() -> bool:
+        return await node.claims("alice") == [] and (await node.health())["sandboxes"] == 1
+    await until(forgotten)
+    await filled(node)

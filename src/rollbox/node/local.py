@@ -46,6 +46,7 @@ log = logging.getLogger("rollbox.node")
 FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 MAX_FORK = 64
 ROOM_WAIT = 10.0
+RECONCILE_EVERY = 5.0
 
 
 class LocalNode:
@@ -523,8 +524,15 @@ class LocalNode:
     # -- background: expiry, idle pause, recovery -------------------------------------------
 
     def _sweep(self, tick: float) -> None:
+        reconciled = time.monotonic()
         while not self._closed.wait(tick):
             now, clock = time.time(), time.monotonic()
+            if clock - reconciled >= RECONCILE_EVERY:
+                reconciled = clock
+                try:
+                    self._reconcile()
+                except Exception:
+                    log.exception("reconciling with the engine failed")
             for claim in list(self._claims.values()):
                 try:
                     if claim.expires_at is not None and claim.expires_at <= now:
@@ -534,6 +542,34 @@ class LocalNode:
                         self._idle_pause(claim)
                 except Exception:
                     log.exception("sweeping claim %s failed", claim.id)
+
+    def _reconcile(self) -> None:
+        """Forgets claims and warm sandboxes whose sandbox the engine no longer has (a template's
+        `lifetime` ran out, or someone deleted it behind the node's back), freeing their room."""
+        alive = {info.id for info in self.engine.list()}
+        for claim in list(self._claims.values()):
+            if claim.sandbox_id not in alive:
+                with claim.lock:
+                    if claim.id in self._claims and self._vanished(claim.sandbox_id):
+                        log.warning("claim %s lost its sandbox %s: dropping it", claim.id, claim.sandbox_id)
+                        with self._lock:
+                            del self._claims[claim.id]
+                            self._tenants[claim.tenant] -= 1
+                        self.store.delete_claim(claim.id)
+                        self._release(1)
+        for pool in list(self._pools.values()):
+            for sandbox_id in [s for s in list(pool.ready) if s not in alive and self._vanished(s)]:
+                if pool.forget(sandbox_id):
+                    self.store.remove_pool_sandboxes([sandbox_id])
+                    self._release(1)
+
+    def _vanished(self, sandbox_id: str) -> bool:
+        """Checked again one by one: a sandbox started after the engine was listed is not vanished."""
+        try:
+            self.engine.info(sandbox_id)
+        except SandboxNotFound:
+            return True
+        return False
 
     def _idle_pause(self, claim: Claim) -> None:
         if not claim.lock.acquire(blocking=False):

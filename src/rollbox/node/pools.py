@@ -66,6 +66,15 @@ class WarmPool:
             self._cond.notify()
             return sandbox_id
 
+    def forget(self, sandbox_id: str) -> bool:
+        """Drops a ready sandbox that no longer exists; False if a claim took it meanwhile."""
+        with self._cond:
+            if sandbox_id not in self.ready:
+                return False
+            self.ready.remove(sandbox_id)
+            self._cond.notify()
+            return True
+
     def update(self, resource: SandboxWarmPool) -> list[str]:
         """Applies a new spec; returns the ready sandboxes it no longer wants (to delete)."""
         with self._cond:
