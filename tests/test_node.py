@@ -90,7 +90,7 @@ async def test_claim_takes_a_ready_sandbox_from_the_pool(node: LocalNode, engine
     ready = set(node._pools["basic-pool"].ready)
     started = time.perf_counter()
     claim = await node.claim("alice", ClaimRequest(warmpool="basic-pool"))
-    assert time.perf_counter() - started < 0.05
+    assert time.perf_counter() - started < 0.5  # no container start: ~0.1 ms on an idle machine
     assert node._claims[claim.id].sandbox_id in ready
     assert (claim.template, claim.warmpool, claim.tenant, claim.state) == ("basic", "basic-pool", "alice", "running")
     assert await run(node, "alice", claim.id, "cat /opt/data/file") == "baseline\n"
@@ -158,9 +158,9 @@ async def test_reset_keeps_the_id_and_brings_the_baseline_back(node: LocalNode, 
     await run(node, "alice", claim.id, "touch ~/new")
     old = node._claims[claim.id].sandbox_id
     await filled(node)
-    started = time.perf_counter()
+    ready = set(node._pools["basic-pool"].ready)
     again = await node.reset("alice", claim.id)
-    assert time.perf_counter() - started < 0.1  # a warm sandbox swapped in
+    assert node._claims[claim.id].sandbox_id in ready  # a warm sandbox swapped in
     assert again.id == claim.id
     assert await run(node, "alice", claim.id, "cat /opt/data/file; ls ~") == "baseline\n"
 
