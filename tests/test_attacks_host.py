@@ -218,14 +218,13 @@ EOF"""
         box.reset()
 
 
-def test_account_lookup_does_not_follow_links_out(box: Sandbox, request: pytest.FixtureRequest) -> None:
+def test_account_lookup_does_not_follow_links_out(box: Sandbox) -> None:
     """exec(user=NAME) looks NAME up in the sandbox's /etc/passwd: root inside must not point that at the host's.
 
     The lookup runs on the host over the sandbox's layers, and `etc` in the upper can be a link
-    (here to /proc/self/root/etc, which on the host is the engine's own /etc). Known gap
-    (accounts.find_in_layers follows links on the host): the host's passwd and group entries leak.
+    (here to /proc/self/root/etc, which on the host is the engine's own /etc): the lookup must
+    resolve it inside the sandbox's root, where the host's passwd and group entries are not.
     """
-    request.applymarker(pytest.mark.xfail(strict=True, reason="account lookup follows links in the upper"))
     sandbox_users = {line.split(":")[0] for line in box.exec("cat /etc/passwd").stdout.splitlines()}
     host_only = next(line.split(":")[0] for line in Path("/etc/passwd").read_text().splitlines()
                      if line and line.split(":")[0] not in sandbox_users)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollbox.engine.files import openat2
 from rollbox.errors import InvalidRequest
+
+_MAX_TABLE = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -18,27 +23,41 @@ class Account:
     name: str
 
 
-def find_in_layers(layers: Sequence[Path], relative: str) -> Path | None:
-    """The topmost layer's copy of a file (layers are given top first)."""
-    for layer in layers:
-        candidate = layer / relative
-        if candidate.is_file() and not candidate.is_symlink():
-            return candidate
+def read_in_layers(roots: Sequence[Path], relative: str) -> str | None:
+    """The topmost root's copy of a file (roots are given top first), or None.
+
+    Each lookup stays inside its root (openat2 RESOLVE_IN_ROOT): a sandbox whose root replaced
+    `/etc` with a link to the host's must not make the host read its own files.
+    """
+    for root in roots:
+        try:
+            root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            fd = openat2(root_fd, relative, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        finally:
+            os.close(root_fd)
+        with os.fdopen(fd, "rb") as handle:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return handle.read(_MAX_TABLE).decode(errors="replace")
     return None
 
 
-def _table(layers: Sequence[Path], name: str) -> list[list[str]]:
-    path = find_in_layers(layers, f"etc/{name}")
-    if path is None:
+def _table(roots: Sequence[Path], name: str) -> list[list[str]]:
+    text = read_in_layers(roots, f"etc/{name}")
+    if text is None:
         return []
-    return [line.split(":") for line in path.read_text(errors="replace").splitlines()
+    return [line.split(":") for line in text.splitlines()
             if line and not line.startswith("#") and line.count(":") >= 3]
 
 
-def resolve(layers: Sequence[Path], user: str) -> Account:
-    """Resolves `name`, `uid` or `uid:gid` the way the sandbox's own /etc would."""
-    passwd = _table(layers, "passwd")
-    groups = _table(layers, "group")
+def resolve(roots: Sequence[Path], user: str) -> Account:
+    """Resolves `name`, `uid` or `uid:gid` the way the sandbox's own /etc would (roots top first)."""
+    passwd = _table(roots, "passwd")
+    groups = _table(roots, "group")
     name, _, group = user.partition(":")
     entry = next((row for row in passwd if row[0] == name or (name.isdigit() and row[2] == name)), None)
     if entry is None and not name.isdigit():

@@ -194,8 +194,7 @@ class Builder:
             (root / "etc").mkdir()
             for name, line in (("passwd", "user:x:1000:1000:user:/home/user:/bin/sh\n"),
                                ("group", "user:x:1000:\n")):
-                existing = accounts.find_in_layers(lowers, f"etc/{name}")
-                text = existing.read_text() if existing else ""
+                text = accounts.read_in_layers(lowers, f"etc/{name}") or ""
                 (root / "etc" / name).write_text(text + ("" if text.endswith("\n") or not text else "\n") + line)
             self._make_dirs(image, root, "/home/user", "1000:1000")
 

@@ -62,6 +62,8 @@ class Engine:
                  recover: bool = True, network_pool: str | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Image layers may hold setuid files and device nodes: no host user but root may reach them.
+        self.data_dir.chmod(0o700)
         self.store = Store(self.data_dir / "state.db")
         self.id = self.store.meta("engine_id", secrets.token_hex(4))
         self.run_dir = Path(run_dir or f"/run/rollbox/{self.id}")
@@ -359,7 +361,7 @@ class Engine:
             identity = (record.uid, record.gid, tuple(record.groups))
             home = record.home
         else:
-            account = accounts.resolve(self.layers.stack_paths([record.upper, *record.image.layers]), user)
+            account = accounts.resolve([self.sandbox_dir / record.id / "rootfs"], user)
             identity, home = (account.uid, account.gid, account.groups), account.home
         full_env = {**BASE_ENV, "PATH": PATH_ENV, "HOME": home, **self.runtime(record.runtime).exec_env,
                     **record.image.env, **record.env, **(env or {})}
