@@ -107,3 +107,21 @@ def test_stats(sandbox: Sandbox) -> None:
     sandbox.exec("head -c 5000000 /dev/zero > zeros")
     stats = sandbox.stats()
     assert stats.disk_bytes >= 5_000_000 and stats.memory_bytes > 0 and stats.pids >= 1
+
+
+def test_concurrent_forks_and_deletes_lose_no_layer(engine: Engine) -> None:
+    """Fork, delete and create racing in several threads: clean-up must never take a layer in use."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def episode(number: int) -> list[str]:
+        with engine.create("basic") as parent:
+            parent.exec(f"echo {number} > n")
+            children = parent.fork(4)
+        outputs = [child.exec("cat n").stdout for child in children]
+        for child in children:
+            child.delete()
+        return outputs
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(episode, range(9)))
+    assert results == [[f"{n}\n"] * 4 for n in range(9)]

@@ -462,9 +462,12 @@ class Engine:
     def collect_layers(self) -> None:
         """Removes sandbox-made layers (frozen uppers) that no sandbox or snapshot uses any more."""
         with self._lock:
+            # List first, then read what is referenced: an upper is recorded before it is created,
+            # so every upper in the listing is in the references read after it.
+            candidates = [layer for layer in self.layers.all_ids() if layer.startswith(UPPER_PREFIX)]
             used = self.store.referenced_layers()
-            for layer in self.layers.all_ids():
-                if layer.startswith(UPPER_PREFIX) and layer not in used:
+            for layer in candidates:
+                if layer not in used:
                     self.layers.remove(layer)
 
     def _ensure_reaper(self) -> None:
