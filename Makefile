@@ -1,9 +1,14 @@
-# The two commands of the README. Both set up what they need first (as root).
-.PHONY: setup demo test lint bench
+# The README's two commands. Both set up what they need first (as root).
+.PHONY: setup train demo test bench
 
 setup:
 	@bash scripts/setup.sh
 
+# The main job: train a policy on the example tasks from sandboxed rewards alone (embedded server).
+train: setup
+	.venv/bin/rollbox-train
+
+# A short tour of the SDK: template, sandbox, exec, files, fork, reset.
 demo: setup
 	.venv/bin/rollbox demo
 

@@ -21,12 +21,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-stamp=".venv/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "creating .venv"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev]'
+  .venv/bin/pip install -q -e '.[dev,rl,rl-adapters]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
