@@ -108,11 +108,10 @@ class NodeStore:
     def claims(self) -> list[Claim]:
         return [Claim.from_json(record) for (record,) in self._query("SELECT record FROM claims")]
 
-    def put_claims(self, claims: Iterable[Claim], from_pool: str | None = None) -> None:
-        """Records claims; `from_pool` names a pool sandbox they took, which leaves its pool atomically."""
+    def put_claims(self, claims: Iterable[Claim], taken: Iterable[str] = ()) -> None:
+        """Records claims; `taken` names the pool sandboxes they took, which leave their pools atomically."""
         with self._tx() as db:
-            if from_pool:
-                db.execute("DELETE FROM pool_sandboxes WHERE sandbox_id=?", (from_pool,))
+            db.executemany("DELETE FROM pool_sandboxes WHERE sandbox_id=?", [(s,) for s in taken])
             db.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?)", [(c.id, c.to_json()) for c in claims])
 
     def delete_claim(self, claim_id: str) -> None:
