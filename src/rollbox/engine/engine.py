@@ -81,6 +81,8 @@ class Engine:
         self._sandbox_locks: dict[str, threading.RLock] = {}
         self._closed = threading.Event()
         self._reaper: threading.Thread | None = None
+        self._records = {record.id: record for record in self.store.sandboxes()}
+        """Every sandbox's record, mirrored from the store: commands never wait on SQLite."""
         if recover:
             self.recover()
 
@@ -155,7 +157,7 @@ class Engine:
 
     def _launch(self, record: SandboxRecord) -> None:
         record.upper = self.layers.new_upper_id()
-        self.store.put_sandbox(record)
+        self._save(record)
         try:
             self.layers.create_upper(record.upper, Limits(**record.limits).disk)
             self._start(record)
@@ -229,14 +231,24 @@ class Engine:
         remove_tree(self.sandbox_dir / record.id)
         shutil.rmtree(self.run_dir / record.id, ignore_errors=True)
         self.store.delete_sandbox(record.id)
+        self._records.pop(record.id, None)
         with self._lock:
             self._sandbox_locks.pop(record.id, None)
 
     def _record(self, sandbox_id: str) -> SandboxRecord:
-        record = self.store.sandbox(sandbox_id)
+        record = self._records.get(sandbox_id)
         if record is None:
             raise SandboxNotFound(f"sandbox {sandbox_id!r} does not exist (deleted, expired or never created)")
         return record
+
+    def _save(self, record: SandboxRecord) -> None:
+        self.store.put_sandbox(record)
+        self._records[record.id] = record
+
+    def alive(self, sandbox_id: str) -> bool:
+        """Whether the sandbox's agent answers (a paused sandbox counts as alive)."""
+        record = self._record(sandbox_id)
+        return record.state == "paused" or self._agent(record).ping(timeout=1.0)
 
     def _locked(self, sandbox_id: str) -> threading.RLock:
         with self._lock:
@@ -250,7 +262,7 @@ class Engine:
         return _info(self._record(sandbox_id))
 
     def list(self) -> list[SandboxInfo]:
-        return [_info(record) for record in self.store.sandboxes()]
+        return [_info(record) for record in list(self._records.values())]
 
     def delete(self, sandbox_id: str) -> None:
         with self._locked(sandbox_id):
@@ -334,7 +346,7 @@ class Engine:
             if record.state != "paused":
                 self.cgroups.freeze(record.container_id, True)
                 record.state = "paused"
-                self.store.put_sandbox(record)
+                self._save(record)
 
     def resume(self, sandbox_id: str) -> None:
         with self._locked(sandbox_id):
@@ -342,7 +354,7 @@ class Engine:
             if record.state == "paused":
                 self.cgroups.freeze(record.container_id, False)
                 record.state = "running"
-                self.store.put_sandbox(record)
+                self._save(record)
 
     # -- commands and files -----------------------------------------------------------------
 
@@ -367,7 +379,7 @@ class Engine:
                     **record.image.env, **record.env, **(env or {})}
         return ExecRequest(
             argv=argv, env=full_env, cwd=cwd or record.image.workdir or home, user=identity, timeout=timeout,
-            output_cap=output_limit or Limits(**record.limits).output,
+            output_cap=output_limit or record.limits["output"],
             stdin=stdin.encode() if isinstance(stdin, str) else stdin,
         )
 
@@ -408,7 +420,7 @@ class Engine:
 
     def recover(self) -> None:
         """Adopts the sandboxes the store knows and removes everything of this engine it does not."""
-        records = self.store.sandboxes()
+        records = list(self._records.values())
         for record in records:
             try:
                 self._adopt(record)
@@ -416,7 +428,7 @@ class Engine:
                 with contextlib.suppress(Exception):
                     self._destroy(record)
         self._remove_orphans()
-        if any(record.expires_at for record in self.store.sandboxes()):
+        if any(record.expires_at for record in self._records.values()):
             self._ensure_reaper()
 
     def _adopt(self, record: SandboxRecord) -> None:
@@ -431,11 +443,11 @@ class Engine:
         self._stop(record)
         record.generation += 1
         record.state = "running"
-        self.store.put_sandbox(record)
+        self._save(record)
         self._start(record)
 
     def _remove_orphans(self) -> None:
-        records = self.store.sandboxes()
+        records = list(self._records.values())
         containers = {record.container_id for record in records}
         ids = {record.id for record in records}
         for runtime_dir in (self.data_dir / "runtime").glob("*"):
@@ -479,14 +491,14 @@ class Engine:
     def _reap(self) -> None:
         while not self._closed.wait(0.5):
             now = time.time()
-            for record in self.store.sandboxes():
+            for record in list(self._records.values()):
                 if record.expires_at and record.expires_at <= now:
                     with contextlib.suppress(Exception):
                         self.delete(record.id)
 
     def destroy_all(self) -> None:
         """Deletes every sandbox and snapshot of this engine (templates and their layers stay)."""
-        for record in self.store.sandboxes():
+        for record in list(self._records.values()):
             with contextlib.suppress(SandboxNotFound):
                 self.delete(record.id)
         for name, *_ in self.store.snapshots():
