@@ -440,6 +440,16 @@ def test_pause_and_resume(client: SandboxClient) -> None:
         assert sandbox.run("echo back").stdout == "back\n"
 
 
+def test_stats_report_what_the_sandbox_uses(client: SandboxClient) -> None:
+    with client.create_sandbox(template="basic") as sandbox:
+        sandbox.run("head -c 3000000 /dev/zero > zeros; python3 -c 'sum(range(3_000_000))'")
+        stats = sandbox.stats()
+        assert stats.disk_bytes >= 3_000_000 and stats.cpu_seconds > 0 and stats.memory_peak_bytes > 0
+        assert stats.pids >= 1
+    with pytest.raises(errors.SandboxNotFound):
+        sandbox.stats()
+
+
 def test_context_managers_delete_on_the_way_out(client: SandboxClient) -> None:
     with pytest.raises(RuntimeError), client.create_sandbox(template="basic") as sandbox:
         raise RuntimeError("the episode failed")

@@ -62,6 +62,8 @@ async def test_groups_fork_one_state_and_record_everything(url: str, tmp_path: P
         assert trajectory.steps[0].observation == "[exit code 0]\nclean", "a group member saw another's writes"
         assert trajectory.metadata == {"fixed": trajectory.reward == 1.0}
         assert trajectory.claim_ms > 0 and trajectory.setup_ms > 0 and trajectory.wall_s > 0
+        assert trajectory.cpu_seconds and trajectory.cpu_seconds > 0, "each episode records its CPU cost"
+        assert trajectory.memory_peak_bytes and trajectory.memory_peak_bytes > 0
         assert all(step.sandbox_ms > 0 and step.policy_ms >= 0 for step in trajectory.steps)
         assert trajectory.verdict is not None and trajectory.resolved == (trajectory.reward == 1.0)
     assert len({t.seed for t in trajectories}) == len(trajectories)

@@ -28,7 +28,7 @@ from rollbox.client.models import (
     Health,
     SnapshotRequest,
 )
-from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
 from rollbox.node.models import ClaimInfo, ClaimRequest, ExecRequest, TemplateInfo, WarmPoolInfo
 
 T = TypeVar("T")
@@ -144,6 +144,7 @@ _TEMPLATES = _json(TypeAdapter(list[TemplateInfo]))
 _WARMPOOL = _json(TypeAdapter(WarmPoolInfo))
 _WARMPOOLS = _json(TypeAdapter(list[WarmPoolInfo]))
 _SNAPSHOT = _json(TypeAdapter(SnapshotInfo))
+_STATS = _json(TypeAdapter(SandboxStats))
 _SNAPSHOTS = _json(TypeAdapter(list[SnapshotInfo]))
 _EXEC = _json(TypeAdapter(ExecResult))
 _FILE = _json(TypeAdapter(FileInfo))
@@ -318,6 +319,10 @@ def pause(sandbox_id: str) -> Call[ClaimInfo]:
 
 def resume(sandbox_id: str) -> Call[ClaimInfo]:
     return _post(_sandbox(sandbox_id, "/resume"), _SANDBOX)
+
+
+def stats(sandbox_id: str) -> Call[SandboxStats]:
+    return _get(_sandbox(sandbox_id, "/stats"), _STATS)
 
 
 def exec_command(sandbox_id: str, command: Command, *, on_stdout: OutputCallback | None = None,

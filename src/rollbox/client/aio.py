@@ -14,7 +14,7 @@ from rollbox import errors
 from rollbox.client import _calls as calls
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed, error_from
 from rollbox.client.models import ApplyEvent, Health
-from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
 from rollbox.node.models import ClaimInfo, TemplateInfo, WarmPoolInfo
 
 T = TypeVar("T")
@@ -207,6 +207,10 @@ class AsyncSandbox:
     async def resume(self) -> AsyncSandbox:
         self.info = await self._client._send(calls.resume(self.id))
         return self
+
+    async def stats(self) -> SandboxStats:
+        """What the sandbox uses now: memory and its peak, CPU seconds, processes, disk."""
+        return await self._client._send(calls.stats(self.id))
 
     async def delete(self) -> None:
         await self._client._send(calls.delete_sandbox(self.id))

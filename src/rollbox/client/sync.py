@@ -13,7 +13,7 @@ from rollbox import errors
 from rollbox.client import _calls as calls
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed, error_from
 from rollbox.client.models import ApplyEvent, Health
-from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
 from rollbox.node.models import ClaimInfo, TemplateInfo, WarmPoolInfo
 
 T = TypeVar("T")
@@ -180,6 +180,10 @@ class Sandbox:
     def resume(self) -> Sandbox:
         self.info = self._client._send(calls.resume(self.id))
         return self
+
+    def stats(self) -> SandboxStats:
+        """What the sandbox uses now: memory and its peak, CPU seconds, processes, disk."""
+        return self._client._send(calls.stats(self.id))
 
     def delete(self) -> None:
         self._client._send(calls.delete_sandbox(self.id))

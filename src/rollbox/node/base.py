@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-from rollbox.models import ExecResult, SnapshotInfo
+from rollbox.models import ExecResult, SandboxStats, SnapshotInfo
 from rollbox.node.models import ApplyStatus, ClaimInfo, ClaimRequest, ExecRequest, TemplateInfo, WarmPoolInfo
 from rollbox.spec import Resource
 
@@ -45,6 +45,8 @@ class Node(Protocol):
     async def fork(self, tenant: str, claim_id: str, count: int) -> list[ClaimInfo]: ...
     async def pause(self, tenant: str, claim_id: str) -> ClaimInfo: ...
     async def resume(self, tenant: str, claim_id: str) -> ClaimInfo: ...
+    async def stats(self, tenant: str, claim_id: str) -> SandboxStats:
+        """What the sandbox uses now: memory (and its peak), CPU seconds, processes, disk."""
 
     # -- snapshots --------------------------------------------------------------------------
     async def snapshot(self, tenant: str, claim_id: str, name: str) -> SnapshotInfo: ...

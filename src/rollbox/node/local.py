@@ -34,7 +34,7 @@ from rollbox.errors import (
     SnapshotNotFound,
     TemplateNotFound,
 )
-from rollbox.models import ExecResult, SnapshotInfo
+from rollbox.models import ExecResult, SandboxStats, SnapshotInfo
 from rollbox.node.base import FileOp, OutputCallback
 from rollbox.node.models import ApplyStatus, ClaimInfo, ClaimRequest, ExecRequest, TemplateInfo, WarmPoolInfo
 from rollbox.node.pools import WarmPool
@@ -382,6 +382,9 @@ class LocalNode:
 
     async def resume(self, tenant: str, claim_id: str) -> ClaimInfo:
         return await to_thread.run_sync(self._set_paused, self._get(tenant, claim_id), None)
+
+    async def stats(self, tenant: str, claim_id: str) -> SandboxStats:
+        return await to_thread.run_sync(self.engine.stats, self._get(tenant, claim_id).sandbox_id)
 
     def _set_paused(self, claim: Claim, paused: str | None) -> ClaimInfo:
         with self._holding(claim):

@@ -183,10 +183,10 @@ async def _all(coroutines: Iterable[Coroutine[Any, Any, None]]) -> None:
 
 
 async def _record_cost(sandbox: AsyncSandbox, trajectory: Trajectory) -> None:
-    """CPU-seconds and peak memory from the router's stats call; left empty where the router has none."""
+    """CPU-seconds and peak memory from the router's stats call; left empty if the sandbox is already gone."""
     try:
-        stats = await sandbox.stats()  # type: ignore[attr-defined]
-    except (AttributeError, RollboxError):
+        stats = await sandbox.stats()
+    except RollboxError:
         return
     trajectory.cpu_seconds, trajectory.memory_peak_bytes = stats.cpu_seconds, stats.memory_peak_bytes
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from rollbox.errors import RollboxError
-from rollbox.models import ExecResult, FileInfo, SnapshotInfo
+from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
 from rollbox.node import ClaimInfo, ClaimRequest, ExecRequest, Node
 from rollbox.node.local import MAX_FORK
 from rollbox.node.models import Request
@@ -62,6 +62,11 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         """Deletes a sandbox (its container goes in the background)."""
         await node.delete(tenant, sandbox_id)
         return no_content()
+
+    @add("GET", "/v1/sandboxes/{sandbox_id}/stats", answer=SandboxStats)
+    async def sandbox_stats(tenant: str, sandbox_id: str) -> Response:
+        """What the sandbox uses now: memory and its peak, CPU seconds, processes, disk."""
+        return json_response(await node.stats(tenant, sandbox_id))
 
     @add("POST", "/v1/sandboxes/{sandbox_id}/reset", answer=ClaimInfo)
     async def reset_sandbox(tenant: str, sandbox_id: str) -> Response:
