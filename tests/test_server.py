@@ -60,7 +60,9 @@ class Server:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         assert self.process is not None
         self.process.send_signal(sig)
-        self.process.wait(30)
+        code = self.process.wait(30)
+        if sig == signal.SIGTERM:
+            assert code == 0, f"serve() must shut down cleanly on SIGTERM (exit {code})"
 
     def client(self, tenant: str | None = "alice") -> httpx.Client:
         headers = {"Authorization": f"Bearer {TOKENS[tenant]}"} if tenant and "tokens" in self.options else {}

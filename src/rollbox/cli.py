@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -144,14 +143,8 @@ def _pairs(items: list[str], form: str) -> dict[str, str]:
 def cmd_serve(args: argparse.Namespace) -> None:
     from rollbox.server import serve
 
-    # uvicorn shuts down gracefully on SIGTERM, then raises it again; exiting then lets serve() close the node.
-    signal.signal(signal.SIGTERM, _exit)
     limits = {} if args.max_sandboxes is None else {"max_sandboxes": args.max_sandboxes}
     serve(data_dir=args.data_dir, host=args.host, port=args.port, tokens=_pairs(args.token, "TENANT=TOKEN"), **limits)
-
-
-def _exit(*_: object) -> None:
-    raise SystemExit(0)
 
 
 # -- apply ------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import signal
+import threading
 from pathlib import Path
 
 import uvicorn
@@ -23,6 +25,10 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
     if not tokens and not _loopback(host):
         raise InvalidRequest(f"refusing to listen on {host} without tokens: anyone could run commands. "
                              "Give tokens (--token TENANT=TOKEN) or listen on 127.0.0.1")
+    # uvicorn shuts down gracefully on SIGTERM, then raises it again: exit then, so the node and
+    # the engine below still close (the default action would kill the process first).
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit)
     engine = Engine(data_dir)
     try:
         node = LocalNode(engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota)
@@ -33,6 +39,10 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
             node.close()
     finally:
         engine.close()
+
+
+def _exit(*_: object) -> None:
+    raise SystemExit(0)
 
 
 def _loopback(host: str) -> bool:
