@@ -59,7 +59,7 @@ def test_timeout_kills_the_whole_tree_and_keeps_output(sandbox: Sandbox) -> None
     result = sandbox.exec("echo before; (setsid sleep 300 &); sleep 300 & sleep 300", timeout=1)
     assert result.timed_out and result.exit_code is None
     assert result.stdout == "before\n"
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30, "the timeout, not the 300 s sleeps, ended the command"
     assert sandbox.exec("pgrep -x sleep || echo none").stdout.strip() == "none"
 
 
