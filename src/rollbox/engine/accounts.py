@@ -60,6 +60,8 @@ def resolve(roots: Sequence[Path], user: str) -> Account:
     groups = _table(roots, "group")
     name, _, group = user.partition(":")
     entry = next((row for row in passwd if row[0] == name or (name.isdigit() and row[2] == name)), None)
+    if entry is None and name == "root":
+        name = "0"  # root is uid 0 even where /etc/passwd is gone (after an `rm -rf /`, say)
     if entry is None and not name.isdigit():
         raise InvalidRequest(f"user {name!r} does not exist in the sandbox's /etc/passwd; use a uid or add the user")
     uid = int(entry[2]) if entry else int(name)
