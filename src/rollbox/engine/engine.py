@@ -420,6 +420,7 @@ class Engine:
 
     def recover(self) -> None:
         """Adopts the sandboxes the store knows and removes everything of this engine it does not."""
+        self._records = {record.id: record for record in self.store.sandboxes()}
         records = list(self._records.values())
         for record in records:
             try:
