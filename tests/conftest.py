@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import secrets
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rollbox.engine import Engine, mounts
+from rollbox.engine import Engine
 from rollbox.spec import SandboxTemplate
 
 BASIC = {"metadata": {"name": "basic"},
@@ -21,13 +20,8 @@ def make_engine(root: Path) -> Engine:
 
 
 def teardown_engine(engine: Engine) -> None:
-    """Deletes everything the engine made, then checks that nothing of it is left on the machine."""
-    engine.destroy_all()
-    engine.close()
-    for point in mounts.mounted_under(engine.data_dir):
-        mounts.umount(point, lazy=True)
-    engine.cgroups.remove_all()
-    shutil.rmtree(engine.run_dir, ignore_errors=True)
+    """Deletes everything the engine made on the machine."""
+    engine.destroy()
 
 
 RUNTIMES = ["runc", "runsc"]

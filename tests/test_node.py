@@ -284,7 +284,7 @@ async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode, engine: 
 
 
 async def test_one_node_per_data_directory(node: LocalNode, engine: Engine) -> None:
-    with pytest.raises(Conflict, match="another rollbox node"):
+    with pytest.raises(Conflict, match="another rollbox process"):
         LocalNode(engine)
 
 

@@ -506,6 +506,16 @@ class Engine:
             self.store.delete_snapshot(name)
         self.collect_layers()
 
+    def destroy(self) -> None:
+        """Removes everything of this engine from the machine: sandboxes, snapshots, and then any
+        mount, cgroup or socket directory still left. The data directory keeps templates and layers."""
+        self.destroy_all()
+        self.close()
+        for point in mounts.mounted_under(self.data_dir):
+            mounts.umount(point, lazy=True)
+        self.cgroups.remove_all()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
     def close(self) -> None:
         """Stops background work. Sandboxes keep running; a new engine on the same data adopts them."""
         self._closed.set()

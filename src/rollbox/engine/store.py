@@ -7,13 +7,11 @@ machine holds that the store does not know. Writes are small and committed at on
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rollbox.engine.database import Database
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS templates (
@@ -85,31 +83,12 @@ class SandboxRecord:
         return cls(**data)
 
 
-class Store:
+class Store(Database):
     def __init__(self, path: Path) -> None:
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
-    def _query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
+        super().__init__(path, SCHEMA)
 
     def meta(self, key: str, default: str) -> str:
-        with self._tx() as db:
+        with self.transaction() as db:
             row = db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
             if row:
                 return row[0]
@@ -117,27 +96,27 @@ class Store:
             return default
 
     def put_template(self, name: str, spec: str, image: Image, built_at: float) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO templates VALUES (?, ?, ?, ?)", (name, spec, image.to_json(), built_at))
 
     def template(self, name: str) -> tuple[str, Image] | None:
-        rows = self._query("SELECT spec, image FROM templates WHERE name=?", name)
+        rows = self.query("SELECT spec, image FROM templates WHERE name=?", name)
         return (rows[0][0], Image.from_json(rows[0][1])) if rows else None
 
     def templates(self) -> list[tuple[str, str, Image, float]]:
-        return [(n, s, Image.from_json(i), b) for n, s, i, b in self._query("SELECT * FROM templates ORDER BY name")]
+        return [(n, s, Image.from_json(i), b) for n, s, i, b in self.query("SELECT * FROM templates ORDER BY name")]
 
     def delete_template(self, name: str) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("DELETE FROM templates WHERE name=?", (name,))
 
     def put_snapshot(self, name: str, template: str, image: Image, source: str | None, created_at: float) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?)",
                        (name, template, image.to_json(), source, created_at))
 
     def snapshot(self, name: str) -> tuple[str, Image, str | None, float] | None:
-        rows = self._query("SELECT template, image, source, created_at FROM snapshots WHERE name=?", name)
+        rows = self.query("SELECT template, image, source, created_at FROM snapshots WHERE name=?", name)
         if not rows:
             return None
         template, image, source, created = rows[0]
@@ -145,25 +124,25 @@ class Store:
 
     def snapshots(self) -> list[tuple[str, str, Image, str | None, float]]:
         return [(n, t, Image.from_json(i), s, c) for n, t, i, s, c in
-                self._query("SELECT * FROM snapshots ORDER BY name")]
+                self.query("SELECT * FROM snapshots ORDER BY name")]
 
     def delete_snapshot(self, name: str) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("DELETE FROM snapshots WHERE name=?", (name,))
 
     def put_sandbox(self, record: SandboxRecord) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO sandboxes VALUES (?, ?)", (record.id, record.to_json()))
 
     def sandbox(self, sandbox_id: str) -> SandboxRecord | None:
-        rows = self._query("SELECT record FROM sandboxes WHERE id=?", sandbox_id)
+        rows = self.query("SELECT record FROM sandboxes WHERE id=?", sandbox_id)
         return SandboxRecord.from_json(rows[0][0]) if rows else None
 
     def sandboxes(self) -> list[SandboxRecord]:
-        return [SandboxRecord.from_json(r) for (r,) in self._query("SELECT record FROM sandboxes")]
+        return [SandboxRecord.from_json(r) for (r,) in self.query("SELECT record FROM sandboxes")]
 
     def delete_sandbox(self, sandbox_id: str) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("DELETE FROM sandboxes WHERE id=?", (sandbox_id,))
 
     def referenced_layers(self) -> set[str]:
@@ -178,6 +157,3 @@ class Store:
             used.add(record.upper)
         return used
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()

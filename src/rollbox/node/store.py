@@ -8,15 +8,12 @@ sandbox and every pool its ready ones, and deletes whatever neither holds.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
-from rollbox.errors import Conflict
+from rollbox.engine.database import Database
 from rollbox.node.models import ClaimInfo
 
 SCHEMA = """
@@ -72,76 +69,50 @@ class Claim:
 _PERSISTED = [f.name for f in fields(Claim) if f.name not in _TRANSIENT]
 
 
-class NodeStore:
+class NodeStore(Database):
     def __init__(self, path: Path) -> None:
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            # One node per data directory: holding the file saves two lock syscalls per write (~40 µs a
-            # claim) and makes a second node on the same directory fail at start instead of racing the first.
-            self._db.execute("PRAGMA locking_mode=EXCLUSIVE")
-            self._db.executescript(SCHEMA)
-        except sqlite3.OperationalError as error:
-            self._db.close()
-            raise Conflict(f"{path} is in use by another rollbox node ({error}): one node per data directory, "
-                           "stop the other one first") from None
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
-    def _query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
+        # One node per data directory: the file is held exclusively.
+        super().__init__(path, SCHEMA, exclusive=True)
 
     # -- claims -----------------------------------------------------------------------------
 
     def claims(self) -> list[Claim]:
-        return [Claim.from_json(record) for (record,) in self._query("SELECT record FROM claims")]
+        return [Claim.from_json(record) for (record,) in self.query("SELECT record FROM claims")]
 
     def put_claims(self, claims: Iterable[Claim], taken: Iterable[str] = ()) -> None:
         """Records claims; `taken` names the pool sandboxes they took, which leave their pools atomically."""
-        with self._tx() as db:
+        with self.transaction() as db:
             db.executemany("DELETE FROM pool_sandboxes WHERE sandbox_id=?", [(s,) for s in taken])
             db.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?)", [(c.id, c.to_json()) for c in claims])
 
     def delete_claim(self, claim_id: str) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("DELETE FROM claims WHERE id=?", (claim_id,))
 
     # -- warm pools -------------------------------------------------------------------------
 
     def pools(self) -> list[str]:
-        return [resource for (resource,) in self._query("SELECT resource FROM pools ORDER BY name")]
+        return [resource for (resource,) in self.query("SELECT resource FROM pools ORDER BY name")]
 
     def put_pool(self, name: str, resource: str) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO pools VALUES (?, ?)", (name, resource))
 
     def delete_pool(self, name: str) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("DELETE FROM pools WHERE name=?", (name,))
             db.execute("DELETE FROM pool_sandboxes WHERE pool=?", (name,))
 
     def pool_sandboxes(self) -> list[tuple[str, str]]:
         """(sandbox id, pool name) of every ready, unclaimed pool sandbox."""
-        return [(sandbox, pool) for sandbox, pool in self._query("SELECT sandbox_id, pool FROM pool_sandboxes")]
+        return [(sandbox, pool) for sandbox, pool in self.query("SELECT sandbox_id, pool FROM pool_sandboxes")]
 
     def add_pool_sandbox(self, sandbox_id: str, pool: str) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO pool_sandboxes VALUES (?, ?)", (sandbox_id, pool))
 
     def remove_pool_sandboxes(self, sandbox_ids: Iterable[str]) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.executemany("DELETE FROM pool_sandboxes WHERE sandbox_id=?", [(s,) for s in sandbox_ids])
 
     # -- snapshots --------------------------------------------------------------------------
@@ -149,18 +120,15 @@ class NodeStore:
     def snapshots(self, tenant: str | None = None) -> list[tuple[str, str, str | None]]:
         """(tenant, name, source claim) of every snapshot, or of one tenant's."""
         if tenant is None:
-            return [tuple(row) for row in self._query("SELECT tenant, name, source FROM snapshots")]  # type: ignore[misc]
-        rows = self._query("SELECT tenant, name, source FROM snapshots WHERE tenant=? ORDER BY name", tenant)
+            return [tuple(row) for row in self.query("SELECT tenant, name, source FROM snapshots")]  # type: ignore[misc]
+        rows = self.query("SELECT tenant, name, source FROM snapshots WHERE tenant=? ORDER BY name", tenant)
         return [tuple(row) for row in rows]  # type: ignore[misc]
 
     def put_snapshot(self, tenant: str, name: str, source: str) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)", (tenant, name, source))
 
     def delete_snapshot(self, tenant: str, name: str) -> None:
-        with self._tx() as db:
+        with self.transaction() as db:
             db.execute("DELETE FROM snapshots WHERE tenant=? AND name=?", (tenant, name))
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
