@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +33,34 @@ def test_quick_benchmark_prints_every_figure_as_json() -> None:
         assert 0 < figures[name]["p50"] <= figures[name]["p99"], name
     for name in SCALARS:
         assert isinstance(figures[name], int | float), name
+
+
+SERVER_BENCH = BENCH.parent / "server.py"
+MEASUREMENTS = {f"{phase}_{client}" for client in ("raw", "sdk") for phase in (
+    "claim_c1", "claim_c16", "claim_c64", "exec_true", "exec_load", "python_reuse", "python_isolated", "burst")}
+"""Each phase through both clients: latencies, rate, CPU per operation of the server and the client."""
+
+
+@pytest.mark.slow
+def test_quick_server_benchmark_prints_every_figure_as_json() -> None:
+    embedded = {name: value for name, value in os.environ.items() if name not in ("ROLLBOX_URL", "ROLLBOX_TOKEN")}
+    done = subprocess.run([sys.executable, str(SERVER_BENCH), "--quick"], capture_output=True, text=True,
+                          timeout=300, env=embedded)
+    assert done.returncode == 0, done.stderr[-4000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["mode"] == "quick"
+    assert figures["machine"]["server"] == "embedded"
+    assert {"cores", "load_before", "load_after"} <= figures["machine"].keys()
+    for name in MEASUREMENTS:
+        measured = figures[name]
+        assert {"p50", "p99", "n", "per_s", "server_cpu_ms", "client_cpu_ms", "cold"} <= measured.keys(), name
+        assert 0 < measured["p50"] <= measured["p99"], name
+        assert measured["server_cpu_ms"] > 0 and measured["client_cpu_ms"] > 0, name
+    for client in ("raw", "sdk"):
+        assert {"requested", "failed", "wall_s"} <= figures[f"burst_{client}"].keys()
+    for name in ("engine_exec_true_ms", "engine_exec_async_true_ms", "engine_create_ms", "engine_delete_ms",
+                 "engine_python_ms"):
+        assert set(figures[name]) == {"p50", "p99", "n"}, name
+    for name in ("engine_python_per_s", "router_exec_overhead_ms", "sdk_exec_overhead_ms"):
+        assert isinstance(figures[name], int | float), name
+    assert set(figures["missed"]) <= MEASUREMENTS
