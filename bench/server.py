@@ -46,7 +46,7 @@ from engine import (
 from engine import QUICK as ENGINE_QUICK
 from engine import TEMPLATE as ENGINE_TEMPLATE
 from rollbox.client import AsyncSandboxClient
-from rollbox.engine import Engine
+from rollbox.engine import Engine, Sandbox
 from rollbox.errors import RollboxError
 from rollbox.rl.local import LocalServer
 
@@ -414,38 +414,52 @@ async def warm_claims(client: Client, control: Control, plan: Plan, server: int 
     return figures
 
 
-async def execs(client: Client, plan: Plan, server: int | None, progress: Progress) -> Figures:
-    """`true` one at a time in one sandbox, then from `workers` clients each in its own sandbox."""
+async def round_trips(clients: list[Client], box: Sandbox, plan: Plan, server: int | None,
+                      progress: Progress) -> Figures:
+    """`true` one at a time straight into the engine (exec_async, as the server calls it) and through each
+    client, taking turns: every path sees the same moments of a shared machine, so the differences are the
+    router's and the SDK's own."""
+    handles = [await client.claim(NAME) for client in clients]
+    try:
+        await box.exec_async(TRUE)
+        for client, handle in zip(clients, handles, strict=True):
+            await succeed(client, handle, TRUE)
+        engine: list[float] = []
+        tallies = [Tally(server) for _ in clients]
+        task = progress.add_task(f"exec true: engine, {', '.join(c.label for c in clients)}", total=plan.execs)
+        for _ in range(plan.execs):
+            engine.append((await timed(box.exec_async(TRUE)))[0])
+            for client, handle, tally in zip(clients, handles, tallies, strict=True):
+                with tally.timing():
+                    latency, _ = await timed(client.run(handle, TRUE))
+                tally.latencies.append(latency)
+            progress.advance(task)
+    finally:
+        await asyncio.gather(*(client.delete(handle) for client, handle in zip(clients, handles, strict=True)))
+    return {"engine_exec_async_true_ms": distribution(engine),
+            **{f"exec_true_{client.name}": tally.figures() for client, tally in zip(clients, tallies, strict=True)}}
+
+
+async def loaded(client: Client, plan: Plan, server: int | None, progress: Progress) -> Figures:
+    """`true`, then python3, from `workers` clients at once, each in a sandbox of its own."""
     boxes = [await client.claim(NAME) for _ in range(plan.workers)]
     try:
         await client.connect(plan.workers)
-        for box in boxes:
-            await succeed(client, box, TRUE)
-        alone, loaded = Tally(server), Tally(server)
-        task = progress.add_task(f"exec true, {client.label}", total=plan.execs)
-
-        async def one() -> None:
-            latency, _ = await timed(client.run(boxes[0], TRUE))
-            alone.latencies.append(latency)
-            progress.advance(task)
-
-        with alone.timing():
-            await workers(1, plan.execs, one)
+        tally = Tally(server)
         task = progress.add_task(f"exec true x {plan.workers} clients, {client.label}", total=plan.exec_load)
 
         async def each(box: Any) -> None:
             for _ in range(plan.exec_load // plan.workers):
                 latency, _ = await timed(client.run(box, TRUE))
-                loaded.latencies.append(latency)
+                tally.latencies.append(latency)
                 progress.advance(task)
 
-        with loaded.timing():
+        with tally.timing():
             await asyncio.gather(*(each(box) for box in boxes))
         reused = await python_reused(client, boxes, plan, server, progress)
     finally:
         await release(client, boxes)
-    return {f"exec_true_{client.name}": alone.figures(), f"exec_load_{client.name}": loaded.figures(),
-            f"python_reuse_{client.name}": reused}
+    return {f"exec_load_{client.name}": tally.figures(), f"python_reuse_{client.name}": reused}
 
 
 async def python_reused(client: Client, boxes: list[Any], plan: Plan, server: int | None,
@@ -526,23 +540,18 @@ async def burst(client: Client, control: Control, plan: Plan, server: int | None
     return {f"burst_{client.name}": figures}
 
 
-def engine_direct(plan: Plan, progress: Progress) -> Figures:
-    """The engine's own exec and python figures on a data directory of its own, before the server starts."""
-    with throwaway_engine() as engine:
-        with engine.create(ENGINE_TEMPLATE) as box:
-            box.exec(TRUE)
-            sync = repeat(progress, "engine exec true", plan.execs, lambda: box.exec(TRUE))
-
-            async def async_execs() -> list[float]:
-                return [(await timed(box.exec_async(TRUE)))[0] for _ in range(plan.execs)]
-
-            direct = asyncio.run(async_execs())
-        created = create_delete(engine, plan.creates, progress)
-        python = python_throughput(engine, replace(ENGINE_QUICK, python_runs=plan.python,
-                                                   python_sandboxes=plan.workers), progress)
-    return {"engine_exec_true_ms": distribution(sync), "engine_exec_async_true_ms": distribution(direct),
-            "engine_create_ms": created["create_ms"], "engine_delete_ms": created["delete_ms"],
-            "engine_python_per_s": python["python_per_s"], "engine_python_ms": python["python_ms"]}
+def engine_direct(engine: Engine, plan: Plan, progress: Progress) -> Figures:
+    """The engine's own figures on a data directory of its own, before the server starts (its async exec is
+    timed later, taking turns with the router's)."""
+    with engine.create(ENGINE_TEMPLATE) as box:
+        box.exec(TRUE)
+        sync = repeat(progress, "engine exec true", plan.execs, lambda: box.exec(TRUE))
+    created = create_delete(engine, plan.creates, progress)
+    python = python_throughput(engine, replace(ENGINE_QUICK, python_runs=plan.python,
+                                               python_sandboxes=plan.workers), progress)
+    return {"engine_exec_true_ms": distribution(sync), "engine_create_ms": created["create_ms"],
+            "engine_delete_ms": created["delete_ms"], "engine_python_per_s": python["python_per_s"],
+            "engine_python_ms": python["python_ms"]}
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -563,7 +572,7 @@ def router(plan: Plan) -> Iterator[tuple[str, str | None, int | None]]:
             teardown(Engine(data))
 
 
-async def through_router(url: str, token: str | None, plan: Plan, server: int | None,
+async def through_router(url: str, token: str | None, plan: Plan, server: int | None, box: Sandbox,
                          progress: Progress) -> Figures:
     """Each phase with the raw client, then the SDK, so both see the same machine moments apart."""
     control = Control(url, token)
@@ -574,8 +583,9 @@ async def through_router(url: str, token: str | None, plan: Plan, server: int | 
         for phase in (warm_claims, python_isolated):
             for client in clients:
                 figures.update(await phase(client, control, plan, server, progress))
+        figures.update(await round_trips(clients, box, plan, server, progress))
         for client in clients:
-            figures.update(await execs(client, plan, server, progress))
+            figures.update(await loaded(client, plan, server, progress))
         await control.apply(plan.burst)
         for client in clients:
             figures.update(await burst(client, control, plan, server, progress))
@@ -589,11 +599,12 @@ async def through_router(url: str, token: str | None, plan: Plan, server: int | 
 def measure(plan: Plan) -> Figures:
     figures: Figures = {"machine": machine()}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        figures.update(engine_direct(plan, progress))
-        with router(plan) as (url, token, server):
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress, \
+            throwaway_engine() as engine:
+        figures.update(engine_direct(engine, plan, progress))
+        with engine.create(ENGINE_TEMPLATE) as box, router(plan) as (url, token, server):
             figures["machine"]["server"] = url if server is None else "embedded"
-            figures.update(asyncio.run(through_router(url, token, plan, server, progress)))
+            figures.update(asyncio.run(through_router(url, token, plan, server, box, progress)))
     figures["router_exec_overhead_ms"] = round(
         figures["exec_true_raw"]["p50"] - figures["engine_exec_async_true_ms"]["p50"], 3)
     figures["sdk_exec_overhead_ms"] = round(figures["exec_true_sdk"]["p50"] - figures["exec_true_raw"]["p50"], 3)
@@ -608,14 +619,14 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
     """What a figure measures, and through which client."""
     workers = plan.workers
     engine = {"engine_exec_true_ms": "exec true (sync, as bench/engine.py)",
-              "engine_exec_async_true_ms": "exec true (exec_async, as the server)",
+              "engine_exec_async_true_ms": "exec true (exec_async, as the server), in turns",
               "engine_create_ms": "create a sandbox", "engine_delete_ms": "delete a sandbox",
               "engine_python_ms": f"python3 print(1), {workers} threads, a sandbox each",
               "engine_python_per_s": f"python3 print(1), {workers} threads, a sandbox each"}
     if name in engine:
         return engine[name], "engine"
     what, _, client = name.rpartition("_")
-    phases = {"exec_true": "exec true, 1 client",
+    phases = {"exec_true": "exec true, 1 client, in turns with engine",
               "exec_load": f"exec true, {workers} clients, a sandbox each",
               "python_reuse": f"python3 print(1), {workers} clients, a sandbox each",
               "python_isolated": f"python3 print(1) isolated, {workers} clients",
