@@ -352,7 +352,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     env = {**os.environ, "ROLLBOX_URL": args.url}
     if args.token:
         env["ROLLBOX_TOKEN"] = args.token
-    return subprocess.call([sys.executable, str(BENCH), *args.args], env=env)
+    passed = args.args[1:] if args.args[:1] == ["--"] else args.args
+    return subprocess.call([sys.executable, str(BENCH), *passed], env=env)
 
 
 @contextlib.contextmanager
