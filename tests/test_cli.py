@@ -134,7 +134,7 @@ def test_bench_is_a_thin_hook(url: str) -> None:
     """`rollbox bench ARGS` runs bench/server.py with ARGS (its own tests run the benchmark itself)."""
     done = rollbox("bench", "--", "--help", url=url)
     assert done.returncode == 0, done.stderr
-    assert "--quick" in done.stdout and "bench/server.py" in done.stdout
+    assert done.stdout.startswith("usage: server.py") and "--quick" in done.stdout
 
 
 def _cleanup(data_dir: Path) -> None:
