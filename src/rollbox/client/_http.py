@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import httpx
 from pydantic import ValidationError
@@ -41,6 +42,11 @@ class Settings:
             self.headers["authorization"] = f"Bearer {token}"
         self.seconds = timeout
         self.timeout = httpx.Timeout(timeout)
+
+    def client_options(self, max_connections: int) -> dict[str, Any]:
+        """What both httpx clients are built with: one pool of `max_connections` kept-alive connections."""
+        return {"base_url": self.base_url, "headers": self.headers, "timeout": self.timeout,
+                "limits": httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)}
 
     def timeout_for(self, wait: float | None) -> httpx.Timeout:
         """The client timeout, stretched by `wait` seconds the server may spend working (None: no limit)."""

@@ -26,10 +26,7 @@ class AsyncSandboxClient:
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  max_connections: int = 256) -> None:
         self._settings = Settings(base_url, token, timeout)
-        self._http = httpx.AsyncClient(
-            base_url=self._settings.base_url, headers=self._settings.headers, timeout=self._settings.timeout,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+        self._http = httpx.AsyncClient(**self._settings.client_options(max_connections))
 
     @property
     def base_url(self) -> str:

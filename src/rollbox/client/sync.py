@@ -25,10 +25,7 @@ class SandboxClient:
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  max_connections: int = 256) -> None:
         self._settings = Settings(base_url, token, timeout)
-        self._http = httpx.Client(
-            base_url=self._settings.base_url, headers=self._settings.headers, timeout=self._settings.timeout,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+        self._http = httpx.Client(**self._settings.client_options(max_connections))
 
     @property
     def base_url(self) -> str:
