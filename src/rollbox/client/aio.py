@@ -13,6 +13,7 @@ import httpx
 from rollbox import errors
 from rollbox.client import _calls as calls
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed, error_from
+from rollbox.client._transport import PoolTransport
 from rollbox.client.models import ApplyEvent, Health
 from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
 from rollbox.node.models import ClaimInfo, TemplateInfo, WarmPoolInfo
@@ -26,7 +27,9 @@ class AsyncSandboxClient:
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  max_connections: int = 256) -> None:
         self._settings = Settings(base_url, token, timeout)
-        self._http = httpx.AsyncClient(**self._settings.client_options(max_connections))
+        options = self._settings.client_options(max_connections)
+        self._transport = PoolTransport(self._settings.base_url, options["limits"])
+        self._http = httpx.AsyncClient(**options, transport=self._transport)
 
     @property
     def base_url(self) -> str:
