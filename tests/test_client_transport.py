@@ -1,0 +1,156 @@
+"""The async SDK's connection pool (client/_transport.py) against a real router on loopback: bounded, reused,
+streams hold their connection, dead connections are dropped, and failures stay the SDK's ConnectionFailed."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from rollbox import errors
+from rollbox.cli import serving
+from rollbox.client import AsyncSandboxClient, ConnectionFailed, SandboxClient
+from rollbox.node import LocalNode
+from tests.conftest import make_engine, teardown_engine
+
+TEMPLATE = """\
+apiVersion: rollbox.dev/v1alpha1
+kind: SandboxTemplate
+metadata: {name: basic}
+"""
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNode]:
+    engine = make_engine(tmp_path_factory.mktemp("router"))
+    node = LocalNode(engine, max_sandboxes=4)
+    try:
+        yield node
+    finally:
+        node.close()
+        teardown_engine(engine)
+
+
+@pytest.fixture(scope="module")
+def url(node: LocalNode) -> Iterator[str]:
+    with serving(node) as url:
+        yield url
+
+
+def opened(client: AsyncSandboxClient) -> int:
+    return client._transport.connections_opened
+
+
+def test_many_concurrent_calls_share_fewer_connections(url: str) -> None:
+    async def calls() -> None:
+        async with AsyncSandboxClient(url, max_connections=8) as client:
+            answers = await asyncio.gather(*(client.health() for _ in range(200)))
+            assert all(answer.status == "ok" for answer in answers)
+            assert 1 <= opened(client) <= 8
+
+    asyncio.run(calls())
+
+
+def test_one_connection_serves_call_after_call_errors_included(url: str) -> None:
+    async def calls() -> None:
+        async with AsyncSandboxClient(url) as client:
+            for _ in range(20):
+                await client.health()
+            with pytest.raises(errors.TemplateNotFound):
+                await client.create_sandbox(template="no-such-template")
+            assert await client.list_sandboxes() == []
+            assert opened(client) == 1
+
+    asyncio.run(calls())
+
+
+def test_a_streamed_exec_holds_its_connection_while_other_calls_proceed(url: str) -> None:
+    with SandboxClient(url) as sync_client:
+        sync_client.apply(TEMPLATE)
+
+    async def calls() -> None:
+        async with (AsyncSandboxClient(url, max_connections=2) as client,
+                    client.create_sandbox(template="basic") as sandbox):
+            first_line = asyncio.Event()
+            chunks: list[tuple[str, float]] = []
+
+            def on_stdout(data: str) -> None:
+                chunks.append((data, time.monotonic()))
+                first_line.set()
+
+            async def meanwhile() -> float:
+                await first_line.wait()
+                await asyncio.gather(*(client.health() for _ in range(50)))
+                return time.monotonic()
+
+            result, others_done = await asyncio.gather(sandbox.run("echo a; sleep 2; echo b", on_stdout=on_stdout),
+                                                       meanwhile())
+            assert result.stdout == "".join(data for data, _ in chunks) == "a\nb\n"
+            assert [data for data, _ in chunks] == ["a\n", "b\n"]
+            assert others_done < chunks[1][1], "the other calls waited for the stream to end"
+            assert opened(client) == 2
+
+    asyncio.run(calls())
+
+
+def test_an_idle_connection_the_server_closed_is_not_reused(node: LocalNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    serve_module = importlib.import_module("rollbox.server.serve")  # rollbox.server.serve is also the function
+    monkeypatch.setattr(serve_module, "KEEP_ALIVE", 0.2)
+
+    async def calls(url: str) -> None:
+        async with AsyncSandboxClient(url) as client:
+            await client.health()
+            await asyncio.sleep(1.0)  # the server drops the idle connection; the client would keep it 5 s
+            # Not retried (it changes state): on the dropped connection it would fail as ConnectionFailed.
+            with pytest.raises(errors.TemplateNotFound):
+                await client.create_sandbox(template="no-such-template")
+            assert opened(client) == 2
+
+    with serving(node) as url:
+        asyncio.run(calls(url))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_connection_errors_stay_the_sdks_connection_failed() -> None:
+    async def calls() -> None:
+        async with AsyncSandboxClient(f"http://127.0.0.1:{_free_port()}", max_connections=1) as client:
+            for _ in range(3):  # each failure gives its connection slot back
+                with pytest.raises(ConnectionFailed, match=r"cannot reach the rollbox server at .*serve") as caught:
+                    await client.create_sandbox(template="basic")
+                assert caught.value.code == "connection_failed"
+        with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts (in the backlog), never answers
+            address = f"http://127.0.0.1:{silent.getsockname()[1]}"
+            async with AsyncSandboxClient(address, timeout=0.3, max_connections=1) as client:
+                for _ in range(2):
+                    with pytest.raises(ConnectionFailed, match="did not answer in time"):
+                        await client.create_sandbox(template="basic")
+
+    asyncio.run(calls())
+
+
+def test_a_server_that_hangs_up_mid_call_is_connection_failed() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as rude:
+        async def hang_up() -> None:
+            loop = asyncio.get_running_loop()
+            connection, _ = await loop.sock_accept(rude)
+            await loop.sock_recv(connection, 65536)
+            connection.close()
+
+        async def calls() -> None:
+            rude.setblocking(False)
+            async with AsyncSandboxClient(f"http://127.0.0.1:{rude.getsockname()[1]}") as client:
+                hanging_up = asyncio.create_task(hang_up())
+                with pytest.raises(ConnectionFailed, match=r"POST /v1/sandboxes .* failed: Server disconnected"):
+                    await client.create_sandbox(template="basic")
+                await hanging_up
+
+        asyncio.run(calls())
