@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from rollbox import __version__
-from rollbox.errors import InvalidRequest, NotFound, RollboxError
+from rollbox.errors import RollboxError
 from rollbox.node import Node
 from rollbox.server import openapi, resources, sandboxes
 from rollbox.server.auth import Tenants
@@ -26,7 +24,7 @@ DEFAULT_MAX_BODY = 256 * 2**20
 DESCRIPTION = "Isolated, stateful sandboxes for RL training of code agents. The contract is docs/api.md."
 
 
-def create_app(node: Node, tokens: dict[str, str] | None = None, *, max_body: int = DEFAULT_MAX_BODY) -> Starlette:
+def create_app(node: Node, tokens: dict[str, str] | None = None, *, max_body: int = DEFAULT_MAX_BODY) -> ASGIApp:
     """The HTTP API of docs/api.md over `node`; `tokens` maps tenants to bearer tokens (None: open)."""
     metrics = Metrics()
     routes = Routes(Tenants(tokens))
@@ -50,31 +48,19 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, max_body: in
         """This document."""
         return schema
 
-    return Starlette(routes=routes.starlette(), middleware=[Middleware(BodyLimit, limit=max_body)],
-                     exception_handlers=_error_handlers(metrics))
+    return BodyLimit(routes.app(_failure(metrics)), max_body)
 
 
-def _error_handlers(metrics: Metrics) -> dict:
+def _failure(metrics: Metrics) -> Callable[[Exception], Response]:
     """Every error answers `{"error": {"code", "message"}}`; client mistakes are 4xx, never 500."""
 
-    def fail(code: str, message: str, status: int) -> Response:
-        metrics.failures.labels(code).inc()
-        return json_response(error_body(code, message), status)
-
-    async def rollbox_error(_: Request, error: Exception) -> Response:
-        assert isinstance(error, RollboxError)
-        if error.status >= 500:
+    def fail(error: Exception) -> Response:
+        if not isinstance(error, RollboxError):
             log.error("request failed", exc_info=error)
-        return fail(error.code, str(error), error.status)
+            error = RollboxError(f"the server failed: {error}; see its log")
+        elif error.status >= 500:
+            log.error("request failed", exc_info=error)
+        metrics.failures.labels(error.code).inc()
+        return json_response(error_body(error.code, str(error)), error.status)
 
-    async def http_error(_: Request, error: Exception) -> Response:
-        assert isinstance(error, HTTPException)
-        if error.status_code == 404:
-            return fail(NotFound.code, "no such route: see docs/api.md or /openapi.json", 404)
-        return fail(InvalidRequest.code, str(error.detail), error.status_code)
-
-    async def unexpected(_: Request, error: Exception) -> Response:
-        log.error("request failed", exc_info=error)
-        return fail(RollboxError.code, f"the server failed: {error}; see its log", 500)
-
-    return {RollboxError: rollbox_error, HTTPException: http_error, Exception: unexpected}
+    return fail
