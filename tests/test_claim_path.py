@@ -1,22 +1,26 @@
-"""The request path around the node: dispatch, auth, error answers, metrics, over a stub node in-process.
-
-The server's own work per request is what these pin down, with no engine: the real node is
-covered by test_node.py and test_server.py.
+"""The warm claim's path: dispatch, auth, error answers and metrics over a stub node in-process, then the
+node's own part (claims and deletions written before they answer, in batches) over a real engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from rollbox.engine import Engine
 from rollbox.errors import SandboxNotFound
+from rollbox.node import LocalNode
 from rollbox.node.models import ClaimInfo, ClaimRequest
 from rollbox.server import create_app
+from rollbox.spec import SandboxTemplate, SandboxWarmPool
+from tests.conftest import BASIC, make_engine, teardown_engine
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
 
@@ -125,3 +129,67 @@ def test_metrics_count_claims(http: httpx.AsyncClient) -> None:
     assert "rollbox_claim_seconds_count 3.0" in metrics
     assert 'rollbox_failures_total{code="not_found"} 1.0' in metrics
     assert call(http, "GET", "/openapi.json").json()["openapi"] == "3.1.0"
+
+
+# -- the node's part, over a real engine ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    engine = make_engine(tmp_path_factory.mktemp("claim-path"))
+    engine.build(SandboxTemplate.model_validate(BASIC))
+    yield engine
+    teardown_engine(engine)
+
+
+@pytest.fixture
+def node(engine: Engine) -> Iterator[LocalNode]:
+    node = LocalNode(engine, max_sandboxes=24)
+    pool = SandboxWarmPool.model_validate({"metadata": {"name": "warm"}, "spec": {
+        "replicas": 8, "refillConcurrency": 4, "sandboxTemplateRef": {"name": "basic"}}})
+    asyncio.run(node.apply(pool, print))
+    deadline = time.monotonic() + 60
+    while len(node._pools["warm"].ready) < 8:
+        assert time.monotonic() < deadline, "the pool did not fill"
+        time.sleep(0.05)
+    yield node
+    node.close()
+    engine.destroy_all()
+    for path in Path(engine.data_dir).glob("node.db*"):
+        path.unlink()
+
+
+def stored(node: LocalNode) -> set[str]:
+    return {claim.id for claim in node.store.claims()}
+
+
+def test_claims_and_deletions_are_written_before_they_answer(node: LocalNode) -> None:
+    async def main() -> None:
+        claims = await asyncio.gather(*(node.claim("alice", ClaimRequest(warmpool="warm")) for _ in range(6)))
+        ids = {claim.id for claim in claims}
+        assert stored(node) == ids  # one transaction for the whole burst, committed before any answer
+        assert not {sandbox for sandbox, _ in node.store.pool_sandboxes()} & {
+            node._claims[claim_id].sandbox_id for claim_id in ids}
+        gone = sorted(ids)[:4]
+        await asyncio.gather(*(node.delete("alice", claim_id) for claim_id in gone))
+        assert stored(node) == ids - set(gone)
+        assert [claim.id for claim in await node.claims("alice")] == [c.id for c in claims if c.id not in gone]
+        with pytest.raises(SandboxNotFound):
+            await node.delete("alice", gone[0])
+
+    asyncio.run(main())
+
+
+def test_a_delete_waits_for_whatever_holds_the_claim(node: LocalNode) -> None:
+    async def main() -> None:
+        claim = await node.claim("alice", ClaimRequest(warmpool="warm"))
+        lock = node._claims[claim.id].lock
+        lock.acquire()
+        threading.Timer(0.2, lock.release).start()
+        started = time.monotonic()
+        await node.delete("alice", claim.id)
+        assert time.monotonic() - started >= 0.15
+        assert claim.id not in stored(node)
+        with pytest.raises(SandboxNotFound):
+            await node.get("alice", claim.id)
+
+    asyncio.run(main())

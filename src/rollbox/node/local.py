@@ -259,16 +259,36 @@ class LocalNode:
         return claim
 
     async def delete(self, tenant: str, claim_id: str) -> None:
-        await to_thread.run_sync(self._remove, self._get(tenant, claim_id))
+        """Forgets the claim on the event loop, answering once that is written; its sandbox goes in the background.
+
+        A reset, fork, snapshot or pause holding the claim is waited for in a thread instead.
+        """
+        claim = self._get(tenant, claim_id)
+        if not claim.lock.acquire(blocking=False):
+            await to_thread.run_sync(self._remove, claim)
+            return
+        try:
+            removed = self._unlist(claim)
+        finally:
+            claim.lock.release()
+        if removed:
+            await self._writer.delete(claim.id)
+            self._delete_later(claim.sandbox_id)
 
     def _remove(self, claim: Claim) -> None:
         with claim.lock:
-            with self._lock:
-                if self._claims.pop(claim.id, None) is None:
-                    return
-                self._tenants[claim.tenant] -= 1
+            if not self._unlist(claim):
+                return
             self.store.delete_claim(claim.id)
         self._delete_later(claim.sandbox_id)
+
+    def _unlist(self, claim: Claim) -> bool:
+        """Drops the claim from memory and its tenant's count (call holding its lock); False if already gone."""
+        with self._lock:
+            if self._claims.pop(claim.id, None) is None:
+                return False
+            self._tenants[claim.tenant] -= 1
+            return True
 
     async def exec(self, tenant: str, claim_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
                    on_stderr: OutputCallback | None = None) -> ExecResult:
@@ -285,7 +305,7 @@ class LocalNode:
             return await self.engine.exec_async(
                 claim.sandbox_id, request.command, timeout=request.timeout, env=env, cwd=request.cwd,
                 user=request.user, stdin=request.stdin, output_limit=request.output_limit,
-                on_stdout=on_stdout, on_stderr=on_stderr)
+                isolated=request.isolated, on_stdout=on_stdout, on_stderr=on_stderr)
         finally:
             with self._lock:
                 claim.busy -= 1
@@ -642,34 +662,50 @@ class LocalNode:
 
 
 class _ClaimWriter:
-    """Records the claims made during one event-loop turn in one transaction.
+    """Records the claims made and deleted during one event-loop turn in one transaction.
 
     The commit is the costliest step of a warm claim; under a burst (64 clients claiming at once)
-    it is paid once per loop turn instead of once per claim. A claim answers only once written.
+    it is paid once per loop turn instead of once per claim. A claim (or a deletion) answers only
+    once written, so what a client was told survives a crash of the server.
     """
 
     def __init__(self, store: NodeStore) -> None:
         self.store = store
-        self._pending: list[tuple[Claim, str | None, asyncio.Future[None]]] = []
+        self._claims: list[Claim] = []
+        self._taken: list[str] = []
+        self._deleted: list[str] = []
+        self._waiting: list[asyncio.Future[None]] = []
 
     async def put(self, claim: Claim, taken: str | None) -> None:
+        """Records a claim; `taken` is the warm sandbox it took from its pool."""
+        self._claims.append(claim)
+        if taken is not None:
+            self._taken.append(taken)
+        await self._written()
+
+    async def delete(self, claim_id: str) -> None:
+        self._deleted.append(claim_id)
+        await self._written()
+
+    def _written(self) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
-        if not self._pending:
+        if not self._waiting:
             loop.call_soon(self._flush)
         future = loop.create_future()
-        self._pending.append((claim, taken, future))
-        await future
+        self._waiting.append(future)
+        return future
 
     def _flush(self) -> None:
-        batch, self._pending = self._pending, []
+        claims, taken, deleted, waiting = self._claims, self._taken, self._deleted, self._waiting
+        self._claims, self._taken, self._deleted, self._waiting = [], [], [], []
         try:
-            self.store.put_claims([claim for claim, _, _ in batch], [taken for _, taken, _ in batch if taken])
+            self.store.put_claims(claims, taken, deleted)
         except Exception as error:
-            for *_, future in batch:
+            for future in waiting:
                 if not future.done():
                     future.set_exception(error)
             return
-        for *_, future in batch:
+        for future in waiting:
             if not future.done():
                 future.set_result(None)
 

@@ -79,9 +79,11 @@ class NodeStore(Database):
     def claims(self) -> list[Claim]:
         return [Claim.from_json(record) for (record,) in self.query("SELECT record FROM claims")]
 
-    def put_claims(self, claims: Iterable[Claim], taken: Iterable[str] = ()) -> None:
-        """Records claims; `taken` names the pool sandboxes they took, which leave their pools atomically."""
+    def put_claims(self, claims: Iterable[Claim], taken: Iterable[str] = (), deleted: Iterable[str] = ()) -> None:
+        """Records claims; `taken` names the pool sandboxes they took, which leave their pools atomically;
+        the claims `deleted` names are forgotten in the same transaction."""
         with self.transaction() as db:
+            db.executemany("DELETE FROM claims WHERE id=?", [(c,) for c in deleted])
             db.executemany("DELETE FROM pool_sandboxes WHERE sandbox_id=?", [(s,) for s in taken])
             db.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?)", [(c.id, c.to_json()) for c in claims])
 
