@@ -70,6 +70,9 @@ class ExecOptions(TypedDict, total=False):
     stdin: str | None
     output_limit: int | None
     """Bytes of stdout and of stderr kept (the template's limit by default)."""
+    isolated: bool
+    """Run in a throw-away copy of the sandbox: it sees the sandbox's files, but what it writes, the
+    processes it starts and its network are its own and gone when it ends (runc templates)."""
     on_stdout: OutputCallback | None
     """Called with each piece of stdout as it is produced (the call then streams)."""
     on_stderr: OutputCallback | None

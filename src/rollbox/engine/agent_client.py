@@ -30,6 +30,7 @@ class ExecRequest:
     timeout: float | None = None
     output_cap: int = 1 << 20
     stdin: bytes | None = None
+    isolated: bool = False
 
     def encode(self) -> bytes:
         frames = [_frame(b"a", arg.encode()) for arg in self.argv]
@@ -45,6 +46,8 @@ class ExecRequest:
         if self.stdin:
             frames.append(_frame(b"i", self.stdin))
         frames.append(_frame(b"c", b""))
+        if self.isolated:
+            frames.append(_frame(b"I", b""))
         frames.append(_frame(b"x", b""))
         return b"".join(frames)
 

@@ -363,9 +363,12 @@ class Engine:
 
     def _exec_request(self, record: SandboxRecord, command: str | Sequence[str], timeout: float | None,
                       env: dict[str, str] | None, cwd: str | None, user: str | None, stdin: bytes | str | None,
-                      output_limit: int | None) -> ExecRequest:
+                      output_limit: int | None, isolated: bool) -> ExecRequest:
         if record.state == "paused":
             raise SandboxNotRunning(f"sandbox {record.id} is paused: resume it before running commands")
+        if isolated and not self.runtime(record.runtime).isolates_commands:
+            raise InvalidRequest(f"sandbox {record.id} runs on {record.runtime}, which cannot run isolated "
+                                 "commands: use a runc template, or run the command without isolation")
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         if not argv:
             raise InvalidRequest("the command is empty")
@@ -380,25 +383,28 @@ class Engine:
         return ExecRequest(
             argv=argv, env=full_env, cwd=cwd or record.image.workdir or home, user=identity, timeout=timeout,
             output_cap=output_limit or record.limits["output"],
-            stdin=stdin.encode() if isinstance(stdin, str) else stdin,
+            stdin=stdin.encode() if isinstance(stdin, str) else stdin, isolated=isolated,
         )
 
     def exec(self, sandbox_id: str, command: str | Sequence[str], *, timeout: float | None = None,
              env: dict[str, str] | None = None, cwd: str | None = None, user: str | None = None,
-             stdin: bytes | str | None = None, output_limit: int | None = None,
+             stdin: bytes | str | None = None, output_limit: int | None = None, isolated: bool = False,
              on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None) -> ExecResult:
-        """Runs a command (a shell string or an argv list) and returns when it ends or times out."""
+        """Runs a command (a shell string or an argv list) and returns when it ends or times out.
+
+        `isolated` runs it in a throw-away copy of the sandbox: it sees the sandbox's files, but what it
+        writes, its processes, IPC objects and sockets are its own and gone when it ends (runc only)."""
         record = self._record(sandbox_id)
-        request = self._exec_request(record, command, timeout, env, cwd, user, stdin, output_limit)
+        request = self._exec_request(record, command, timeout, env, cwd, user, stdin, output_limit, isolated)
         return self._agent(record).run(request, on_stdout, on_stderr)
 
     async def exec_async(self, sandbox_id: str, command: str | Sequence[str], *, timeout: float | None = None,
                          env: dict[str, str] | None = None, cwd: str | None = None, user: str | None = None,
                          stdin: bytes | str | None = None, output_limit: int | None = None,
-                         on_stdout: OutputCallback | None = None,
+                         isolated: bool = False, on_stdout: OutputCallback | None = None,
                          on_stderr: OutputCallback | None = None) -> ExecResult:
         record = self._record(sandbox_id)
-        request = self._exec_request(record, command, timeout, env, cwd, user, stdin, output_limit)
+        request = self._exec_request(record, command, timeout, env, cwd, user, stdin, output_limit, isolated)
         return await self._agent(record).run_async(request, on_stdout, on_stderr)
 
     def files(self, sandbox_id: str) -> SandboxFiles:

@@ -18,7 +18,7 @@ from pathlib import Path
 from rollbox.engine import mounts
 
 UPPER_PREFIX = "u-"
-SKELETON = "skeleton-3"
+SKELETON = "skeleton-4"
 """Holds the mount points the engine adds to every sandbox, so runtimes never write them to an upper."""
 
 
@@ -36,6 +36,7 @@ class LayerStore:
             return
         partial = self.staging(SKELETON)
         (partial / ".rollbox" / "run").mkdir(parents=True)
+        (partial / ".rollbox" / "root").mkdir()
         (partial / ".rollbox" / "agent").touch()
         (partial / ".rollbox" / "compat.so").touch()
         (partial / "tmp").mkdir(mode=0o1777)

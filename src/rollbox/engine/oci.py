@@ -18,9 +18,13 @@ from rollbox.spec import Limits
 AGENT_PATH = "/.rollbox/agent"
 COMPAT_PATH = "/.rollbox/compat.so"
 AGENT_SOCKET_DIR = "/.rollbox/run"
+SANDBOX_ROOT = "/.rollbox/root"
+"""Where the sandbox's own root filesystem is bound (read-only, without submounts): the lower layer of its
+isolated commands' throw-away roots (agent/agent.c)."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-AGENT_CAPABILITIES = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP", "CAP_CHOWN"]
-"""CAP_CHOWN only until the agent has locked commands out of its socket directory (then it drops it)."""
+AGENT_CAPABILITIES = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP", "CAP_SETFCAP", "CAP_CHOWN"]
+"""CAP_CHOWN only until the agent has locked commands out of its socket directory (then it drops it);
+CAP_SETFCAP because the kernel asks it of whoever maps root into a user namespace (isolated commands)."""
 BUILD_CAPABILITIES = [
     "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
     "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_KILL",
@@ -42,6 +46,7 @@ class Bind:
     source: str
     destination: str
     readonly: bool = True
+    recursive: bool = True
 
 
 @dataclass
@@ -87,7 +92,7 @@ def container_spec(config: ContainerConfig) -> dict[str, Any]:
          "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]},
     ]
     for bind in config.binds:
-        options = ["rbind", "nosuid", "nodev"] + (["ro"] if bind.readonly else ["rw"])
+        options = ["rbind" if bind.recursive else "bind", "nosuid", "nodev", "ro" if bind.readonly else "rw"]
         mounts.append({"destination": bind.destination, "type": "bind", "source": bind.source,
                        "options": options})
     devices = [{"allow": False, "access": "rwm"}]
@@ -124,7 +129,7 @@ def container_spec(config: ContainerConfig) -> dict[str, Any]:
             },
             "maskedPaths": MASKED_PATHS,
             "readonlyPaths": READONLY_PATHS,
-            "seccomp": default_profile(),
+            "seccomp": default_profile(agent_filters=not config.build),
         },
     }
 

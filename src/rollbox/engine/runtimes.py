@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollbox.engine.oci import COMPAT_PATH, Bind
-from rollbox.engine.seccomp import EPERM
+from rollbox.engine.oci import COMPAT_PATH, SANDBOX_ROOT, Bind
+from rollbox.engine.seccomp import AGENT_FILTERED, EPERM
 from rollbox.errors import RuntimeUnavailable
 
 AGENT_FD = 3
@@ -41,13 +41,15 @@ class Runtime:
     """Environment every command gets under this runtime."""
     joins_netns: bool = True
     """Whether containers can join a prepared network namespace (how an egress allowlist reaches them)."""
+    isolates_commands: bool = True
+    """Whether the agent can run isolated commands (user namespaces and overlay mounts inside the sandbox)."""
 
     def _base(self) -> list[str]:
         return [self.binary, "--root", str(self.state_root), *self.global_flags]
 
     def binds(self, rootfs: Path) -> list[Bind]:
-        """Extra binds this runtime needs so the sandbox's files stay on its root filesystem."""
-        return []
+        """Extra binds this runtime needs: the sandbox's own root, which isolated commands overlay."""
+        return [Bind(str(rootfs), SANDBOX_ROOT, recursive=False)]
 
     def adjust(self, spec: dict[str, Any]) -> None:
         """Adapts a container spec to this runtime's quirks (in place)."""
@@ -141,10 +143,13 @@ class Runsc(Runtime):
         # answer ENOSYS (clone3, so libc falls back to clone) would break thread creation.
         seccomp = spec["linux"]["seccomp"]
         seccomp["syscalls"] = [rule for rule in seccomp["syscalls"] if rule.get("errnoRet", EPERM) == EPERM]
+        # No isolated commands here (this gVisor cannot mount an overlay in a user namespace): keep the
+        # calls they need denied to the agent too.
+        seccomp["syscalls"].append({"names": AGENT_FILTERED, "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM})
 
 
     def binds(self, rootfs: Path) -> list[Bind]:
-        # Without a mount at /tmp, gVisor puts a private tmpfs there that the host cannot see.
+        """/tmp only: without a mount at /tmp, gVisor puts a private tmpfs there that the host cannot see."""
         tmp = rootfs / "tmp"
         if not tmp.is_dir():
             tmp.mkdir()
@@ -188,7 +193,7 @@ def make_runtime(name: str, state_dir: Path) -> Runtime:
         # This release's `--network=sandbox` takes any namespace whose /proc/sys/net/core/rmem_default
         # exists for the host's own, and on recent kernels (6.18 here) every namespace has it.
         return Runsc(name, binary, root, flags, passes_fds=False, exec_env={"LD_PRELOAD": COMPAT_PATH},
-                     joins_netns=False)
+                     joins_netns=False, isolates_commands=False)
     return Runtime(name, binary, root)
 
 

@@ -4,6 +4,10 @@ Every capability is already dropped, so most privileged syscalls fail anyway; th
 the kernel surface that stays reachable without capabilities and has a history of escapes: new
 namespaces (unprivileged user namespaces above all), io_uring, bpf, userfaultfd, keyrings,
 perf events, and the mount family.
+
+The exec agent needs a few of those calls to run isolated commands (namespaces, mounts, pivot_root):
+sandboxes whose init is the agent get them from this profile, and the agent takes them away from
+every command it runs with a filter of its own (`deny_namespaces` in agent/agent.c).
 """
 
 from __future__ import annotations
@@ -26,18 +30,22 @@ DENIED = [
     "acct", "add_key", "bpf", "clock_adjtime", "clock_settime", "create_module", "delete_module",
     "finit_module", "fsconfig", "fsmount", "fsopen", "fspick", "get_kernel_syms", "init_module",
     "io_uring_enter", "io_uring_register", "io_uring_setup", "ioperm", "iopl", "kexec_file_load",
-    "kexec_load", "keyctl", "lookup_dcookie", "mount", "mount_setattr", "move_mount",
+    "kexec_load", "keyctl", "lookup_dcookie", "mount_setattr", "move_mount",
     "name_to_handle_at", "nfsservctl", "open_by_handle_at", "open_tree", "perf_event_open",
-    "pivot_root", "process_vm_readv", "process_vm_writev", "query_module", "quotactl",
+    "process_vm_readv", "process_vm_writev", "query_module", "quotactl",
     "quotactl_fd", "reboot", "request_key", "setns", "settimeofday", "stime", "swapoff", "swapon",
-    "syslog", "_sysctl", "umount", "umount2", "unshare", "uselib", "userfaultfd", "ustat", "vhangup",
+    "syslog", "_sysctl", "uselib", "userfaultfd", "ustat", "vhangup",
     "vm86", "vm86old", "fanotify_init", "open_tree_attr", "move_pages", "migrate_pages",
 ]
+AGENT_FILTERED = ["mount", "pivot_root", "umount", "umount2", "unshare"]
+"""Denied to commands by the agent's own filter rather than by this profile, which the agent is under too."""
 
 
-def default_profile() -> dict[str, Any]:
+def default_profile(agent_filters: bool) -> dict[str, Any]:
+    """`agent_filters`: the container's init is the exec agent, which denies AGENT_FILTERED to commands."""
+    denied = DENIED if agent_filters else [*DENIED, *AGENT_FILTERED]
     rules: list[dict[str, Any]] = [
-        {"names": DENIED, "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM},
+        {"names": denied, "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM},
         # clone3 passes its flags in memory that seccomp cannot read: make libc fall back to clone.
         {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": ENOSYS},
     ]

@@ -39,6 +39,8 @@ class ExecRequest(Request):
     user: str | None = None
     stdin: str | None = None
     output_limit: int | None = Field(None, gt=0)
+    isolated: bool = False
+    """Run in a throw-away copy of the sandbox: what the command writes and starts is gone when it ends."""
 
 
 class ClaimInfo(BaseModel):
