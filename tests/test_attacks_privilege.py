@@ -22,6 +22,14 @@ from tests.attack_support import Host, Neighbour, cgroup_value  # noqa: E402
 
 pytest_plugins = ["tests.attack_support"]
 USERS = pytest.mark.parametrize("user", [None, "root"], ids=["user", "root"])
+ISOLATION = pytest.mark.parametrize("isolated", [False, True], ids=["plain", "isolated"])
+"""Isolated commands run where the agent has just made namespaces and mounts: they must get none either."""
+
+
+def isolation(runtime_name: str, isolated: bool) -> dict[str, bool]:
+    if isolated and runtime_name == "runsc":
+        pytest.skip("gVisor sandboxes run no isolated commands (tests/test_isolated.py checks the refusal)")
+    return {"isolated": isolated}
 
 SYSCALLS = """python3 - <<'EOF'
 import ctypes, os
@@ -70,11 +78,14 @@ EXPECTED_DENIED = ["unshare-user", "unshare-mount", "unshare-net", "unshare-pid"
                    "settimeofday", "iopl", "ioperm"]
 
 
+@ISOLATION
 @USERS
-def test_privileged_syscalls_fail(box: Sandbox, neighbour: Neighbour, host: Host, user: str | None) -> None:
+def test_privileged_syscalls_fail(box: Sandbox, neighbour: Neighbour, host: Host, user: str | None,
+                                  runtime_name: str, isolated: bool) -> None:
     """New namespaces (user namespaces above all), mounts, modules, kexec, bpf and the rest: every one fails."""
+    mode = isolation(runtime_name, isolated)
     mounts = box.exec("cat /proc/self/mountinfo").stdout
-    result = box.exec(SYSCALLS, user=user, timeout=60)
+    result = box.exec(SYSCALLS, user=user, timeout=60, **mode)
     outcome = dict(line.split(" ", 1) for line in result.stdout.splitlines())
     assert sorted(outcome) == sorted(EXPECTED_DENIED), result
     allowed = {name: value for name, value in outcome.items() if not value.startswith("errno")}
@@ -83,7 +94,7 @@ def test_privileged_syscalls_fail(box: Sandbox, neighbour: Neighbour, host: Host
     # The command-line tools fail the same way.
     tools = box.exec("unshare -Ur true; unshare -m true; unshare -n true; mount -t tmpfs none /mnt; "
                      "mount --bind / /mnt; umount -l /usr/bin; umount /proc; chroot / true; "
-                     "modprobe -q dummy; hostname evil; dmesg; echo end", user=user, timeout=60)
+                     "modprobe -q dummy; hostname evil; dmesg; echo end", user=user, timeout=60, **mode)
     assert tools.stdout == "end\n" and box.exec("hostname").stdout == "sandbox\n", tools
     host.check()
     neighbour.check()
@@ -113,10 +124,13 @@ EOF
 gcc -O1 -o /tmp/legacy /tmp/legacy.c && /tmp/legacy"""
 
 
+@ISOLATION
 @USERS
-def test_legacy_syscall_entry_points_are_filtered(box: Sandbox, user: str | None) -> None:
-    """unshare(CLONE_NEWUSER) through the i386 (int 0x80) and x32 ABIs must fail like the 64-bit one."""
-    result = box.exec(I386_AND_X32.replace("/tmp/legacy", f"/tmp/legacy-{user}"), user=user, timeout=120)
+def test_legacy_syscall_entry_points_are_filtered(box: Sandbox, user: str | None, runtime_name: str,
+                                                  isolated: bool) -> None:
+    """unshare(CLONE_NEWUSER) and mount through the i386 (int 0x80) and x32 ABIs must fail like the 64-bit ones."""
+    result = box.exec(I386_AND_X32.replace("/tmp/legacy", f"/tmp/legacy-{user}"), user=user, timeout=120,
+                      **isolation(runtime_name, isolated))
     values = dict(line.split() for line in result.stdout.splitlines())
     assert set(values) == {"i386-unshare", "i386-clone", "i386-mount", "x32-unshare"}, result
     assert all(int(value) < 0 for value in values.values()), f"a legacy entry point got through: {values}"

@@ -331,6 +331,18 @@ def test_claim_run_and_delete(client: SandboxClient) -> None:
         sandbox.run("true")
 
 
+def test_isolated_runs_leave_nothing_behind(client: SandboxClient) -> None:
+    with client.create_sandbox(template="basic") as sandbox:
+        sandbox.files.write("input.txt", "data\n")
+        result = sandbox.commands.run("cat input.txt; echo out > made.txt; ls", isolated=True)
+        assert (result.exit_code, result.stdout) == (0, "data\ninput.txt\nmade.txt\n"), result
+        assert not sandbox.files.exists("made.txt")
+        streamed: list[str] = []
+        assert sandbox.commands.run("echo hi > /tmp/x; cat /tmp/x", isolated=True,
+                                    on_stdout=streamed.append).stdout == "hi\n" == "".join(streamed)
+        assert not sandbox.files.exists("/tmp/x")
+
+
 def test_streamed_run_calls_back_while_the_command_still_runs(client: SandboxClient) -> None:
     seen: list[tuple[str, str, float]] = []
     with client.create_sandbox(template="basic") as sandbox:
