@@ -95,7 +95,7 @@ async def run_code(url: str, quick: bool, concurrency: int, isolation: str) -> d
                 ok = await asyncio.gather(*(one() for _ in range(count)))
                 wall = time.perf_counter() - started
         await client.delete_warmpool("fusion-bench")
-    name = "run_code" if isolation == "scrubbed" else f"run_code_{isolation}"
+    name = "run_code" if isolation == "isolated" else f"run_code_{isolation}"
     return {f"{name}_requests": count, f"{name}_per_s": round(count / wall, 1), f"{name}_ok": sum(ok),
             f"{name}_p50_ms": p50(latencies)}
 
@@ -156,7 +156,7 @@ def main() -> None:
     try:
         with router(args.url, work) as url:
             figures.update(asyncio.run(episodes(url, args.quick, args.concurrency)))
-            for isolation in ("scrubbed", "fresh"):
+            for isolation in ("isolated", "fresh"):
                 figures.update(asyncio.run(run_code(url, args.quick, args.concurrency, isolation)))
         if not args.skip_train:
             figures.update(main_job(args.quick, work))

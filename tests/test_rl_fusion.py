@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -22,7 +23,7 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="module", params=["scrubbed", "fresh"])
+@pytest.fixture(scope="module", params=["isolated", "fresh"])
 def endpoint(router: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """The gateway on a free port, in front of a real router, with each kind of isolation."""
     with ThreadServer(fusion_app(AsyncSandboxClient(router), isolation=request.param)) as gateway:
@@ -75,3 +76,17 @@ def test_verl_payload(endpoint: str) -> None:
                "memory_limit_MB": 1024, "language": "python", "files": {}, "fetch_files": []}
     answer = httpx.post(f"{endpoint}/run_code", json=payload, timeout=30).json()
     assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "4\n"
+
+
+def test_concurrent_requests_in_one_sandbox_stay_apart(endpoint: str) -> None:
+    """Requests running at the same time (several share a sandbox in the isolated mode) each see only their own
+    files, and one's background process does not outlive it."""
+    def one(index: int) -> tuple[str, str]:
+        code = f"echo {index} > /tmp/shared; (setsid sleep 61 &); sleep 1; cat /tmp/shared"
+        answer = httpx.post(f"{endpoint}/run_code", json={"code": code, "language": "bash"}, timeout=60).json()
+        return answer["run_result"]["stdout"], answer["executor_pod_name"]
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, range(8)))
+    assert [stdout for stdout, _ in answers] == [f"{index}\n" for index in range(8)], answers
+    assert "sleep" not in run(endpoint, code="ps -eo args", language="bash").run_result.stdout

@@ -1,10 +1,10 @@
 """A SandboxFusion-compatible gateway: `POST /run_code` and `GET /v1/ping` over rollbox sandboxes.
 
 Trainers that already speak SandboxFusion (verl's sandbox_fusion reward, the `sandbox-fusion`
-client) point at this app unchanged. Requests never share a sandbox at the same time, and never
-see what an earlier request left: by default a sandbox is scrubbed between requests
-(`isolation="scrubbed"`); `isolation="fresh"` gives every request a new sandbox, at the cost of a
-container start and stop per request. It reaches the router through the
+client) point at this app unchanged. No request sees what another wrote or started: by default each
+runs as an isolated command (a throw-away copy of a sandbox the gateway holds, docs/engine.md) in one
+of a few shared sandboxes (`isolation="isolated"`); `isolation="fresh"` gives every request a new
+sandbox, at the cost of a container start and stop per request. It reaches the router through the
 SDK, so it runs next to the server (`app.mount("/fusion", fusion_app(client))`, then the endpoint
 is `http://router/fusion`) or on its own (`python -m rollbox.rl.fusion --url ROUTER`).
 Not supported: languages other than python and bash, `memory_limit_MB` (the template's limits
@@ -32,13 +32,12 @@ from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import RollboxError
 from rollbox.rl.validation import describe
 
-RUN_ROOT = "/tmp/fusion"
-"""Each request's files go to `<RUN_ROOT>-<random>`."""
+RUN_DIR = "/tmp/fusion"
+"""Where a request's code and files go (inside its own throw-away root, or its own sandbox)."""
 LANGUAGES = {"python": ("main.py", "python3 main.py"), "bash": ("main.sh", "bash main.sh")}
 """Language -> (file the code is written to, command that runs it)."""
-WRITABLE_DIRS = ("find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type d -writable -print "
-                 "-prune 2>/dev/null; if [ -w /dev/shm ]; then echo /dev/shm; fi")
-"""Lists the top directories the sandbox user can write (run as that user, once per sandbox)."""
+RUNS_PER_SANDBOX = 8
+"""Isolated requests one shared sandbox runs at once (its CPU, memory and process limits are theirs)."""
 
 
 class RunCodeRequest(BaseModel):
@@ -73,27 +72,17 @@ class RunCodeResponse(BaseModel):
 
 
 class Lease:
-    """A sandbox lent to one request, and the shell text that must run before the request's command."""
+    """A sandbox a request runs in, and whether the run must be isolated from the sandbox."""
 
-    def __init__(self, sandbox: AsyncSandbox, writable: Sequence[str] = ()) -> None:
+    def __init__(self, sandbox: AsyncSandbox, isolated: bool) -> None:
         self.sandbox = sandbox
-        self.writable = writable
-        self.uses = 0
-
-    def prefix(self, run_dir: str) -> str:
-        """Kills what earlier requests left running and empties every directory they could write, but
-        `run_dir`; shell builtins do the work, and `rm` runs only when something is left to remove."""
-        if not self.writable:
-            return ""
-        patterns = " ".join(f"{shlex.quote(d)}/{glob}" for d in self.writable for glob in ("*", ".[!.]*", "..?*"))
-        return (f"kill -9 -1 2>/dev/null; set --; for f in {patterns}; do "
-                f"if [ \"$f\" != {shlex.quote(run_dir)} ] && {{ [ -e \"$f\" ] || [ -L \"$f\" ]; }}; "
-                "then set -- \"$@\" \"$f\"; fi; done; if [ $# -gt 0 ]; then rm -rf -- \"$@\"; fi; ")
+        self.isolated = isolated
+        self.running = 0
 
 
 class FreshSandboxes:
     """Every request claims its own sandbox from the warm pool and deletes it afterwards: one container
-    per request, the strongest isolation, and the engine's create and delete on every request."""
+    per request, and the engine's create and delete on every request."""
 
     def __init__(self, client: AsyncSandboxClient, template: str, warmpool: str | None) -> None:
         self.client, self.template, self.warmpool = client, template, warmpool
@@ -102,49 +91,45 @@ class FreshSandboxes:
     async def lease(self) -> AsyncIterator[Lease]:
         sandbox = await self.client.create_sandbox(template=self.template, warmpool=self.warmpool)
         try:
-            yield Lease(sandbox)
+            yield Lease(sandbox, isolated=False)
         finally:
             with contextlib.suppress(RollboxError):
                 await sandbox.delete()
 
 
-class ScrubbedSandboxes(FreshSandboxes):
-    """Claimed sandboxes lent to one request at a time. Before each run every process the sandbox user
-    left is killed and every directory that user can write is emptied, so a request finds what a
-    fresh sandbox holds; a sandbox is replaced after `recycle_after` requests or any sandbox error."""
+class SharedSandboxes(FreshSandboxes):
+    """A few claimed sandboxes, each running up to RUNS_PER_SANDBOX requests at once as isolated commands,
+    so requests share nothing; a sandbox that fails a request is deleted and replaced."""
 
-    def __init__(self, client: AsyncSandboxClient, template: str, warmpool: str | None, recycle_after: int = 100
-                 ) -> None:
+    def __init__(self, client: AsyncSandboxClient, template: str, warmpool: str | None) -> None:
         super().__init__(client, template, warmpool)
-        self.recycle_after = recycle_after
-        self._idle: list[Lease] = []
+        self._leases: list[Lease] = []
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[Lease]:
-        lease = self._idle.pop() if self._idle else await self._claim()
-        healthy = False
+        lease = min(self._leases, key=lambda held: held.running, default=None)
+        if lease is None or lease.running >= RUNS_PER_SANDBOX:
+            lease = Lease(await self.client.create_sandbox(template=self.template, warmpool=self.warmpool),
+                          isolated=True)
+            self._leases.append(lease)
+        lease.running += 1
         try:
             yield lease
-            healthy = True
-        finally:
-            lease.uses += 1
-            if healthy and lease.uses < self.recycle_after:
-                self._idle.append(lease)
-            else:
+        except RollboxError:
+            if lease in self._leases:
+                self._leases.remove(lease)
                 with contextlib.suppress(RollboxError):
                     await lease.sandbox.delete()
-
-    async def _claim(self) -> Lease:
-        sandbox = await self.client.create_sandbox(template=self.template, warmpool=self.warmpool)
-        found = await sandbox.commands.run(WRITABLE_DIRS, cwd="/")
-        return Lease(sandbox, found.stdout.split())
+            raise
+        finally:
+            lease.running -= 1
 
 
 def fusion_app(client: AsyncSandboxClient, *, template: str = "rl-python", warmpool: str | None = "rl-python",
-               isolation: Literal["scrubbed", "fresh"] = "scrubbed") -> Starlette:
+               isolation: Literal["isolated", "fresh"] = "isolated") -> Starlette:
     """The gateway's ASGI app; `template`/`warmpool` name where sandboxes come from, `isolation` how
-    requests are kept apart (see `ScrubbedSandboxes` and `FreshSandboxes`)."""
-    lender = ScrubbedSandboxes(client, template, warmpool) if isolation == "scrubbed" else \
+    requests are kept apart (see `SharedSandboxes` and `FreshSandboxes`)."""
+    lender = SharedSandboxes(client, template, warmpool) if isolation == "isolated" else \
         FreshSandboxes(client, template, warmpool)
 
     async def ping(_: Request) -> JSONResponse:
@@ -170,30 +155,52 @@ def fusion_app(client: AsyncSandboxClient, *, template: str = "rl-python", warmp
 
 
 async def _run(lease: Lease, body: RunCodeRequest) -> RunCodeResponse:
-    """One exec: scrub, then run. Without stdin for the program, the code travels as the exec's stdin
-    (written by `cat`), which saves a request to the router."""
-    sandbox = lease.sandbox
+    """One exec: a shell script on stdin writes the code, files and stdin, runs the program, then prints
+    the files to fetch after a marker line, so a request's files never exist outside its own run."""
     name, command = LANGUAGES[body.language]
-    run_dir = f"{RUN_ROOT}-{uuid.uuid4().hex}"
-    for path, content in body.files.items():
-        await sandbox.files.write(posixpath.join(run_dir, path), base64.b64decode(content or ""))
-    if body.stdin is None:
-        script = (f"{lease.prefix(run_dir)}mkdir -p {run_dir} && cd {run_dir} && cat > {name} && "
-                  f"exec {command} </dev/null")
-        stdin = body.code
-    else:
-        await sandbox.files.write(f"{run_dir}/{name}", body.code)
-        script, stdin = f"{lease.prefix(run_dir)}cd {run_dir} && exec {command}", body.stdin
-    result = await sandbox.commands.run(["/bin/sh", "-c", script], timeout=body.run_timeout, stdin=stdin)
-    fetched = {}
-    for path in body.fetch_files:
-        with contextlib.suppress(RollboxError):
-            fetched[path] = base64.b64encode(await sandbox.files.read(posixpath.join(run_dir, path))).decode()
+    marker = f"--rollbox-fetch-{uuid.uuid4().hex}--"
+    result = await lease.sandbox.commands.run(["/bin/sh", "-s"], timeout=body.run_timeout,
+                                              stdin=_script(body, name, command, marker), isolated=lease.isolated)
+    stdout, _, fetched = result.stdout.partition(f"\n{marker}\n")
+    files = dict(line.split(" ", 1) for line in fetched.splitlines() if " " in line)
     run = CommandRunResult(status="TimeLimitExceeded" if result.timed_out else "Finished",
                            execution_time=result.duration_ms / 1000, return_code=result.exit_code,
-                           stdout=result.stdout, stderr=result.stderr)
-    return RunCodeResponse(status="Success" if result.ok else "Failed", run_result=run, files=fetched,
-                           executor_pod_name=sandbox.id)
+                           stdout=stdout, stderr=result.stderr)
+    return RunCodeResponse(status="Success" if result.ok else "Failed", run_result=run,
+                           files={_unquote(path): content for path, content in files.items()},
+                           executor_pod_name=lease.sandbox.id)
+
+
+def _script(body: RunCodeRequest, name: str, command: str, marker: str) -> str:
+    def write(path: str, content: bytes) -> str:
+        target = shlex.quote(posixpath.join(RUN_DIR, path))
+        return (f"mkdir -p \"$(dirname {target})\" && printf %s {base64.b64encode(content).decode()} "
+                f"| base64 -d > {target}\n")
+
+    lines = [f"mkdir -p {RUN_DIR} && cd {RUN_DIR} || exit 126\n", write(name, body.code.encode())]
+    lines += [write(path, base64.b64decode(content or "")) for path, content in body.files.items()]
+    stdin = "</dev/null"
+    if body.stdin is not None:
+        lines.append(write(".stdin", body.stdin.encode()))
+        stdin = "<.stdin"
+    lines.append(f"{command} {stdin}\ncode=$?\n")
+    if body.fetch_files:
+        lines.append(f"printf '\\n%s\\n' {marker}\n")
+        for path in body.fetch_files:
+            quoted = shlex.quote(path)
+            lines.append(f"if [ -f {quoted} ]; then printf '%s ' {shlex.quote(_quote(path))}; base64 -w0 {quoted}; "
+                         "echo; fi\n")
+    lines.append("exit $code\n")
+    return "".join(lines)
+
+
+def _quote(path: str) -> str:
+    """A fetched file's name on its line of the listing: base64, so spaces and newlines survive."""
+    return base64.b64encode(path.encode()).decode()
+
+
+def _unquote(quoted: str) -> str:
+    return base64.b64decode(quoted).decode()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -204,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--token", help="the router's bearer token (env ROLLBOX_TOKEN)")
     parser.add_argument("--template", default="rl-python")
     parser.add_argument("--warmpool", default="rl-python")
-    parser.add_argument("--isolation", choices=("scrubbed", "fresh"), default="scrubbed")
+    parser.add_argument("--isolation", choices=("isolated", "fresh"), default="isolated")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081)
     args = parser.parse_args(argv)
