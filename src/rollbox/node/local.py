@@ -226,12 +226,16 @@ class LocalNode:
 
     def _take_warm(self, template: str | None, warmpool: str | None) -> str | None:
         """A ready sandbox of `template` from its pools (`warmpool` first), or None when they are empty."""
-        pools = [pool for pool in list(self._pools.values()) if pool.template == template]
-        pools.sort(key=lambda pool: pool.name != warmpool)
-        for pool in pools:
-            sandbox_id = pool.take()
+        named = self._pools.get(warmpool) if warmpool is not None else None
+        if named is not None and named.template == template:
+            sandbox_id = named.take()
             if sandbox_id is not None:
                 return sandbox_id
+        for pool in list(self._pools.values()):
+            if pool is not named and pool.template == template:
+                sandbox_id = pool.take()
+                if sandbox_id is not None:
+                    return sandbox_id
         return None
 
     def _start_cold(self, template: str | None, snapshot: str | None) -> str:
