@@ -126,7 +126,7 @@ class Client(Protocol):
 
     async def claim(self, pool: str) -> Any: ...
 
-    async def run(self, handle: Any, command: str | list[str]) -> tuple[int | None, str]: ...
+    async def run(self, handle: Any, command: str | list[str], isolated: bool = False) -> tuple[int | None, str]: ...
 
     async def delete(self, handle: Any) -> None: ...
 
@@ -146,8 +146,8 @@ class SdkClient:
     async def claim(self, pool: str) -> Any:
         return await self.client.create_sandbox(warmpool=pool)
 
-    async def run(self, handle: Any, command: str | list[str]) -> tuple[int | None, str]:
-        result = await handle.run(command)
+    async def run(self, handle: Any, command: str | list[str], isolated: bool = False) -> tuple[int | None, str]:
+        result = await handle.run(command, isolated=isolated)
         return result.exit_code, result.stdout
 
     async def delete(self, handle: Any) -> None:
@@ -226,8 +226,9 @@ class RawClient:
     async def claim(self, pool: str) -> Any:
         return json.loads(await self.call("POST", "/v1/sandboxes", {"warmpool": pool}, 201))["id"]
 
-    async def run(self, handle: Any, command: str | list[str]) -> tuple[int | None, str]:
-        result = json.loads(await self.call("POST", f"/v1/sandboxes/{handle}/exec", {"command": command}, 200))
+    async def run(self, handle: Any, command: str | list[str], isolated: bool = False) -> tuple[int | None, str]:
+        body = {"command": command, "isolated": True} if isolated else {"command": command}
+        result = json.loads(await self.call("POST", f"/v1/sandboxes/{handle}/exec", body, 200))
         return result["exit_code"], result["stdout"]
 
     async def delete(self, handle: Any) -> None:
@@ -318,8 +319,8 @@ async def bounded(actions: list[Awaitable[Any]], limit: int = 64) -> list[Any]:
     return await asyncio.gather(*(one(action) for action in actions))
 
 
-async def succeed(client: Client, handle: Any, command: str | list[str]) -> str:
-    code, stdout = await client.run(handle, command)
+async def succeed(client: Client, handle: Any, command: str | list[str], isolated: bool = False) -> str:
+    code, stdout = await client.run(handle, command, isolated)
     if code != 0:
         raise RuntimeError(f"{command!r} exited with {code} in sandbox {handle}")
     return stdout
@@ -456,21 +457,25 @@ async def loaded(client: Client, plan: Plan, server: int | None, progress: Progr
 
         with tally.timing():
             await asyncio.gather(*(each(box) for box in boxes))
-        reused = await python_reused(client, boxes, plan, server, progress)
+        reused = await python_in(client, boxes, plan, server, progress, isolated=False)
+        isolated = await python_in(client, boxes, plan, server, progress, isolated=True)
     finally:
         await release(client, boxes)
-    return {f"exec_load_{client.name}": tally.figures(), f"python_reuse_{client.name}": reused}
+    return {f"exec_load_{client.name}": tally.figures(), f"python_reuse_{client.name}": reused,
+            f"python_isolated_{client.name}": isolated}
 
 
-async def python_reused(client: Client, boxes: list[Any], plan: Plan, server: int | None,
-                        progress: Progress) -> Figures:
-    """The engine benchmark's python figure through the router: one sandbox per client, reused."""
+async def python_in(client: Client, boxes: list[Any], plan: Plan, server: int | None, progress: Progress,
+                    isolated: bool) -> Figures:
+    """python3 from one client per sandbox: plainly (the engine benchmark's figure through the router), or as
+    isolated commands, each in a throw-away copy of its sandbox (its own root, processes, IPC and loopback)."""
     tally = Tally(server)
-    task = progress.add_task(f"{PYTHON} reusing {len(boxes)} sandboxes, {client.label}", total=plan.python)
+    how = "isolated commands in" if isolated else "reusing"
+    task = progress.add_task(f"{PYTHON} {how} {len(boxes)} sandboxes, {client.label}", total=plan.python)
 
     async def each(box: Any) -> None:
         for _ in range(plan.python // len(boxes)):
-            latency, stdout = await timed(succeed(client, box, PYTHON))
+            latency, stdout = await timed(succeed(client, box, PYTHON, isolated))
             if stdout != "1\n":
                 raise RuntimeError(f"{PYTHON} printed {stdout!r}")
             tally.latencies.append(latency)
@@ -481,13 +486,14 @@ async def python_reused(client: Client, boxes: list[Any], plan: Plan, server: in
     return tally.figures()
 
 
-async def python_isolated(client: Client, control: Control, plan: Plan, server: int | None,
-                          progress: Progress) -> Figures:
-    """Each python3 in its own sandbox: claim a warm one, run, delete; `workers` clients at once. Each part's
-    p50 is kept too, to show where an isolated run spends its time."""
+async def python_fresh(client: Client, control: Control, plan: Plan, server: int | None,
+                       progress: Progress) -> Figures:
+    """Each python3 in a sandbox of its own: claim a warm one, run, delete; `workers` clients at once. Each
+    part's p50 is kept too, to show where the run spends its time. The pool refills after the timing (a
+    round takes at most 3/4 of it), so the creates behind the claims are not in this figure."""
     tally = Tally(server)
     parts: dict[str, list[float]] = {"claim": [], "exec": [], "delete": []}
-    task = progress.add_task(f"{PYTHON} isolated x {plan.workers} clients, {client.label}", total=plan.python)
+    task = progress.add_task(f"{PYTHON} fresh sandbox x {plan.workers} clients, {client.label}", total=plan.python)
 
     async def step() -> None:
         start = time.perf_counter()
@@ -506,7 +512,7 @@ async def python_isolated(client: Client, control: Control, plan: Plan, server: 
     with tally.timing():
         await workers(plan.workers, plan.python // plan.workers, step)
     await control.settle()
-    return {f"python_isolated_{client.name}": {
+    return {f"python_fresh_{client.name}": {
         **tally.figures(), **{f"{part}_p50": distribution(samples)["p50"] for part, samples in parts.items()}}}
 
 
@@ -580,7 +586,7 @@ async def through_router(url: str, token: str | None, plan: Plan, server: int | 
     figures: Figures = {}
     try:
         await control.apply(plan.pool)
-        for phase in (warm_claims, python_isolated):
+        for phase in (warm_claims, python_fresh):
             for client in clients:
                 figures.update(await phase(client, control, plan, server, progress))
         figures.update(await round_trips(clients, box, plan, server, progress))
@@ -629,7 +635,8 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
     phases = {"exec_true": "exec true, 1 client, in turns with engine",
               "exec_load": f"exec true, {workers} clients, a sandbox each",
               "python_reuse": f"python3 print(1), {workers} clients, a sandbox each",
-              "python_isolated": f"python3 print(1) isolated, {workers} clients",
+              "python_isolated": f"python3 print(1) as isolated commands, {workers} clients, a sandbox each",
+              "python_fresh": f"python3 print(1), a fresh sandbox each (claim, exec, delete), {workers} clients",
               "burst": f"burst of {plan.burst} claims, pool of {plan.burst}",
               **{f"claim_c{c}": f"warm claim, {c} clients back to back" for c in CONCURRENCY}}
     if what in phases:
