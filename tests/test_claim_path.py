@@ -5,6 +5,7 @@ node's own part (claims and deletions written before they answer, in batches) ov
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -193,3 +194,22 @@ def test_a_delete_waits_for_whatever_holds_the_claim(node: LocalNode) -> None:
             await node.get("alice", claim.id)
 
     asyncio.run(main())
+
+
+def test_claim_metrics_read_as_a_prometheus_counter_and_histogram() -> None:
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from rollbox.server.metrics import CLAIM_BUCKETS, Metrics
+
+    registry = CollectorRegistry()
+    claims = Counter("rollbox_claims", "Sandboxes claimed", registry=registry)
+    seconds = Histogram("rollbox_claim_seconds", "Time to answer a claim", buckets=CLAIM_BUCKETS, registry=registry)
+    metrics = Metrics()
+    for value in (0.0, 0.0005, 0.001, 0.0011, 0.003, 0.01, 2.5, 7.0, 20.0):
+        claims.inc()
+        seconds.observe(value)
+        metrics.claims.observe(value)
+    created = re.compile(r"_created \S+")
+    expected = created.sub("_created T", generate_latest(registry).decode())
+    exposed = created.sub("_created T", metrics.render({"sandboxes": 0, "claims": 0, "pools": {}}).decode())
+    assert exposed.startswith(expected)

@@ -37,6 +37,8 @@ class WarmPool:
     def __init__(self, resource: SandboxWarmPool, launch: Launch, discard: Discard,
                  submit: Callable[[Callable[[], None]], object], ready: list[str] | None = None) -> None:
         self.resource = resource
+        self.template = resource.spec.sandbox_template_ref.name
+        """The template its sandboxes start from (read on every claim, so kept at hand)."""
         self.ready: deque[str] = deque(ready or ())
         self.starting = 0
         self._launch = launch
@@ -57,10 +59,6 @@ class WarmPool:
     def name(self) -> str:
         return self.resource.metadata.name
 
-    @property
-    def template(self) -> str:
-        return self.resource.spec.sandbox_template_ref.name
-
     def take(self) -> str | None:
         """A ready sandbox's id, or None when the pool is empty right now."""
         with self._cond:
@@ -68,7 +66,7 @@ class WarmPool:
                 return None
             sandbox_id = self.ready.popleft()
             self._last_take = time.monotonic()
-            self._nudge()
+            self._nudge(self._last_take)
             return sandbox_id
 
     def forget(self, sandbox_id: str) -> bool:
@@ -77,7 +75,7 @@ class WarmPool:
             if sandbox_id not in self.ready:
                 return False
             self.ready.remove(sandbox_id)
-            self._nudge()
+            self._nudge(time.monotonic())
             return True
 
     def update(self, resource: SandboxWarmPool) -> list[str]:
@@ -85,6 +83,7 @@ class WarmPool:
         with self._cond:
             changed_template = resource.spec.sandbox_template_ref != self.resource.spec.sandbox_template_ref
             self.resource = resource
+            self.template = resource.spec.sandbox_template_ref.name
             surplus = self.drain() if changed_template else self._trim()
             self._cond.notify()
             return surplus
@@ -108,7 +107,7 @@ class WarmPool:
         """Room was made on the node: retry a refill that waited for capacity."""
         with self._cond:
             self._retry_at = 0.0
-            self._nudge()
+            self._nudge(time.monotonic())
 
     def close(self) -> None:
         """Stops refilling. What was started stays recorded, so a restarted node finds it again."""
@@ -117,26 +116,25 @@ class WarmPool:
             self._cond.notify()
         self._thread.join()
 
-    def _wait(self) -> float | None:
+    def _wait(self, now: float) -> float | None:
         """Seconds until the pool should start one more sandbox: 0 now, None when only a change can tell."""
         spec = self.resource.spec
         if len(self.ready) + self.starting >= spec.replicas or self.starting >= spec.refill_concurrency:
             return None
-        now = time.monotonic()
         quiet = 0.0 if len(self.ready) <= spec.replicas // 4 else self._last_take + REFILL_QUIET - now
         return max(0.0, self._retry_at - now, quiet)
 
-    def _nudge(self) -> None:
+    def _nudge(self, now: float) -> None:
         """Wakes the refill thread if it would sleep past the moment it must act (call holding the lock)."""
-        wait = self._wait()
-        if wait is not None and time.monotonic() + wait < self._wakes_at:
+        wait = self._wait(now)
+        if wait is not None and now + wait < self._wakes_at:
             self._cond.notify()
 
     def _refill(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and (wait := self._wait()) != 0:
-                    self._wakes_at = math.inf if wait is None else time.monotonic() + wait
+                while not self._closed and (wait := self._wait(now := time.monotonic())) != 0:
+                    self._wakes_at = math.inf if wait is None else now + wait
                     self._cond.wait(wait)
                 self._wakes_at = 0.0
                 if self._closed:
