@@ -679,6 +679,7 @@ class _ClaimWriter:
         self._taken: list[str] = []
         self._deleted: list[str] = []
         self._waiting: list[asyncio.Future[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def put(self, claim: Claim, taken: str | None) -> None:
         """Records a claim; `taken` is the warm sandbox it took from its pool."""
@@ -692,10 +693,10 @@ class _ClaimWriter:
         await self._written()
 
     def _written(self) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
-        if not self._waiting:
-            loop.call_soon(self._flush)
-        future = loop.create_future()
+        if not self._waiting:  # the batch's first: its loop flushes it (asking for the loop costs a syscall)
+            self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._flush)
+        future = self._loop.create_future()
         self._waiting.append(future)
         return future
 

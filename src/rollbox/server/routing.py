@@ -218,7 +218,7 @@ async def read_body(receive: Receive) -> bytes:
 
 def parse(model: type[BaseModel], raw: bytes) -> Any:
     try:
-        return model.model_validate_json(raw)
+        return model.__pydantic_validator__.validate_json(raw)  # model_validate_json without its Python wrapper
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(str(p) for p in item['loc']) or 'body'}: {item['msg']}"
                              for item in error.errors())
