@@ -14,6 +14,7 @@ apply), and compile steps.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import contextlib
 import posixpath
@@ -32,8 +33,8 @@ from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import RollboxError
 from rollbox.rl.validation import describe
 
-RUN_DIR = "/tmp/fusion"
-"""Where a request's code and files go (inside its own throw-away root, or its own sandbox)."""
+RUN_DIR = "/tmp"
+"""Where a request's code and files go, and its working directory: its own in either isolation."""
 LANGUAGES = {"python": ("main.py", "python3 main.py"), "bash": ("main.sh", "bash main.sh")}
 """Language -> (file the code is written to, command that runs it)."""
 RUNS_PER_SANDBOX = 8
@@ -104,14 +105,11 @@ class SharedSandboxes(FreshSandboxes):
     def __init__(self, client: AsyncSandboxClient, template: str, warmpool: str | None) -> None:
         super().__init__(client, template, warmpool)
         self._leases: list[Lease] = []
+        self._claiming = asyncio.Lock()
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[Lease]:
-        lease = min(self._leases, key=lambda held: held.running, default=None)
-        if lease is None or lease.running >= RUNS_PER_SANDBOX:
-            lease = Lease(await self.client.create_sandbox(template=self.template, warmpool=self.warmpool),
-                          isolated=True)
-            self._leases.append(lease)
+        lease = await self._least_busy()
         lease.running += 1
         try:
             yield lease
@@ -123,6 +121,23 @@ class SharedSandboxes(FreshSandboxes):
             raise
         finally:
             lease.running -= 1
+
+    async def _least_busy(self) -> Lease:
+        """The sandbox running the fewest requests, claiming one more when all are full (one claim at a time,
+        so that a burst of requests does not claim a sandbox each)."""
+        if lease := self._with_room():
+            return lease
+        async with self._claiming:
+            if lease := self._with_room():
+                return lease
+            lease = Lease(await self.client.create_sandbox(template=self.template, warmpool=self.warmpool),
+                          isolated=True)
+            self._leases.append(lease)
+            return lease
+
+    def _with_room(self) -> Lease | None:
+        lease = min(self._leases, key=lambda held: held.running, default=None)
+        return lease if lease is not None and lease.running < RUNS_PER_SANDBOX else None
 
 
 def fusion_app(client: AsyncSandboxClient, *, template: str = "rl-python", warmpool: str | None = "rl-python",
@@ -172,26 +187,30 @@ async def _run(lease: Lease, body: RunCodeRequest) -> RunCodeResponse:
 
 
 def _script(body: RunCodeRequest, name: str, command: str, marker: str) -> str:
-    def write(path: str, content: bytes) -> str:
-        target = shlex.quote(posixpath.join(RUN_DIR, path))
-        return (f"mkdir -p \"$(dirname {target})\" && printf %s {base64.b64encode(content).decode()} "
-                f"| base64 -d > {target}\n")
+    """Shell builtins do the writing (text inline, bytes through base64), so a request that fetches nothing
+    costs one shell and its program."""
+    def write(path: str, content: str | bytes) -> str:
+        target = shlex.quote(path)
+        make = f"mkdir -p {shlex.quote(posixpath.dirname(path))} && " if posixpath.dirname(path) else ""
+        if isinstance(content, str) and "\0" not in content:
+            return f"{make}printf %s {shlex.quote(content)} > {target}\n"
+        raw = content.encode() if isinstance(content, str) else content
+        return f"{make}printf %s {base64.b64encode(raw).decode()} | base64 -d > {target}\n"
 
-    lines = [f"mkdir -p {RUN_DIR} && cd {RUN_DIR} || exit 126\n", write(name, body.code.encode())]
+    lines = [f"cd {RUN_DIR} || exit 126\n", write(name, body.code)]
     lines += [write(path, base64.b64decode(content or "")) for path, content in body.files.items()]
     stdin = "</dev/null"
     if body.stdin is not None:
-        lines.append(write(".stdin", body.stdin.encode()))
+        lines.append(write(".stdin", body.stdin))
         stdin = "<.stdin"
-    lines.append(f"{command} {stdin}\ncode=$?\n")
-    if body.fetch_files:
-        lines.append(f"printf '\\n%s\\n' {marker}\n")
-        for path in body.fetch_files:
-            quoted = shlex.quote(path)
-            lines.append(f"if [ -f {quoted} ]; then printf '%s ' {shlex.quote(_quote(path))}; base64 -w0 {quoted}; "
-                         "echo; fi\n")
-    lines.append("exit $code\n")
-    return "".join(lines)
+    if not body.fetch_files:
+        return "".join(lines) + f"exec {command} {stdin}\n"
+    lines.append(f"{command} {stdin}\ncode=$?\nprintf '\\n%s\\n' {marker}\n")
+    for path in body.fetch_files:
+        quoted = shlex.quote(path)
+        lines.append(f"if [ -f {quoted} ]; then printf '%s ' {shlex.quote(_quote(path))}; base64 -w0 {quoted}; "
+                     "echo; fi\n")
+    return "".join(lines) + "exit $code\n"
 
 
 def _quote(path: str) -> str:
