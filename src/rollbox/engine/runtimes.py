@@ -87,28 +87,33 @@ class Runtime:
                 return -1
 
     def delete(self, container_id: str) -> None:
-        self._kill_init(container_id)
-        subprocess.run([*self._base(), "delete", "--force", container_id], capture_output=True, check=False)
+        """Once the init is gone, what `runc delete` still does for a stopped container is to remove its
+        cgroups (the engine does) and its state directory: done here, that saves a runc process (~8 ms of
+        CPU) per delete. Anything else falls back to the runtime's own `delete --force`."""
+        if self._kill_init(container_id):
+            shutil.rmtree(self.state_root / container_id, ignore_errors=True)
+        else:
+            subprocess.run([*self._base(), "delete", "--force", container_id], capture_output=True, check=False)
 
-    def _kill_init(self, container_id: str, timeout: float = 5.0) -> None:
-        """Kills the container's init (and so its whole pid namespace) and waits until it has exited.
+    def _kill_init(self, container_id: str, timeout: float = 5.0) -> bool:
+        """Kills the container's init (and so its whole pid namespace); True once it has exited.
 
         `runc delete --force` (1.1) kills a running container and then polls it every 100 ms, so a
-        delete cost ~110 ms; a stopped container it removes at once. runc's `state.json` gives the
-        init's pid and start time: the start time guards against a reused pid. Other runtimes keep
-        no such file and fall back to their own `delete --force`.
+        delete cost ~110 ms. runc's `state.json` gives the init's pid and start time: the start time
+        guards against a reused pid. Other runtimes keep no such file (False: they delete themselves).
         """
         try:
             state = json.loads((self.state_root / container_id / "state.json").read_text())
             pid, started = int(state["init_process_pid"]), int(state["init_process_start"])
             pidfd = os.pidfd_open(pid)
         except (OSError, ValueError, KeyError, TypeError):
-            return
+            return False
         try:
-            if _start_time(pid) == started:
-                with contextlib.suppress(OSError):
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                select.select([pidfd], [], [], timeout)
+            if _start_time(pid) != started:
+                return True
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            return bool(select.select([pidfd], [], [], timeout)[0])
         finally:
             os.close(pidfd)
 
