@@ -32,6 +32,7 @@ from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.fusion import fusion_app
 from rollbox.rl.local import LocalServer, ThreadServer
 from rollbox.rl.tasks import load_tasks
+from server import TICKS, cpu_seconds, server_pid
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TARGETS = {"episodes_per_s": 20.0, "run_code_per_s": 60.0, "train_wall_s": 300.0}
@@ -52,6 +53,12 @@ async def five_steps(observation: Observation) -> Any:
     return script[observation.step]
 
 
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (every process, kernel threads included)."""
+    ticks = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICKS
+
+
 def p50(values: list[float]) -> float:
     return round(statistics.median(values), 1) if values else 0.0
 
@@ -60,12 +67,22 @@ async def episodes(url: str, quick: bool, concurrency: int) -> dict[str, Any]:
     tasks = load_tasks(EXAMPLES / "tasks")
     async with AsyncSandboxClient(url) as client:
         await collect_async(five_steps, tasks[:2], client=client, group_size=4, tag="warmup", progress=False)
-        started = time.perf_counter()
+        server = server_pid()
+        started, machine, own = time.perf_counter(), busy_seconds(), time.process_time()
+        served = cpu_seconds(server) if server else 0.0
         played = await collect_async(five_steps, tasks[:5] if quick else tasks, client=client, group_size=8,
                                      groups=1 if quick else 2, concurrency=concurrency, progress=False)
         wall = time.perf_counter() - started
+        spent = {"total": busy_seconds() - machine, "client": time.process_time() - own,
+                 "server": cpu_seconds(server) - served if server else None}
     steps = [step for t in played for step in t.steps]
+    per_episode = {part: None if seconds is None else round(seconds * 1000 / len(played), 1)
+                   for part, seconds in spent.items()}
+    if per_episode["server"] is not None:
+        per_episode["runtime_sandboxes_kernel"] = round(per_episode["total"] - per_episode["client"]
+                                                        - per_episode["server"], 1)
     return {"episodes": len(played), "episodes_per_s": round(len(played) / wall, 1),
+            "episode_cpu_ms": per_episode,
             "episode_resolved": round(sum(t.resolved for t in played) / len(played), 3),
             "episode_errors": sum(t.error is not None for t in played),
             "step_p50_ms": p50([s.sandbox_ms for s in steps if not s.terminated]),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import secrets
+import shlex
 import time
 from importlib import resources
 from typing import Literal
@@ -81,8 +82,8 @@ async def verify(sandbox: AsyncSandbox, task: Task) -> Verdict:
     started = time.perf_counter()
     nonce = secrets.token_hex(16)
     tests = task.tests
-    result = await sandbox.commands.run(f"exec {tests.python} -s -B -", stdin=script(task, nonce), cwd="/",
-                                        timeout=tests.timeout + VERIFY_MARGIN)
+    result = await sandbox.commands.run([*shlex.split(tests.python), "-s", "-B", "-"], stdin=script(task, nonce),
+                                        cwd="/", timeout=tests.timeout + VERIFY_MARGIN)
     parsed = parse(result.stdout, nonce)
     if parsed is None:
         why = "timed out" if result.timed_out else f"exited with {result.exit_code}"
