@@ -213,3 +213,28 @@ def test_claim_metrics_read_as_a_prometheus_counter_and_histogram() -> None:
     expected = created.sub("_created T", generate_latest(registry).decode())
     exposed = created.sub("_created T", metrics.render({"sandboxes": 0, "claims": 0, "pools": {}}).decode())
     assert exposed.startswith(expected)
+
+
+def test_the_collector_is_settled_as_the_server_starts() -> None:
+    import gc
+
+    from rollbox.server.app import YOUNG_OBJECTS
+
+    app = create_app(StubNode())  # type: ignore[arg-type]
+    messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    threshold = gc.get_threshold()
+    try:
+        asyncio.run(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send))
+        assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+        assert gc.get_threshold()[0] == YOUNG_OBJECTS and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)

@@ -96,9 +96,9 @@ class Routes:
             return handler
         return register
 
-    def app(self, fail: Callable[[Exception], Response]) -> Router:
-        """The ASGI app; `fail` turns whatever a request raised into its answer."""
-        return Router([(spec.method, spec.path, self._endpoint(spec)) for spec in self.specs], fail)
+    def app(self, fail: Callable[[Exception], Response], startup: Callable[[], None] = lambda: None) -> Router:
+        """The ASGI app; `fail` turns whatever a request raised into its answer, `startup` runs as the server starts."""
+        return Router([(spec.method, spec.path, self._endpoint(spec)) for spec in self.specs], fail, startup)
 
     def _endpoint(self, spec: RouteSpec) -> Endpoint:
         tenants, handler, body, query, auth = self.tenants, spec.handler, spec.body, spec.query, spec.auth
@@ -127,8 +127,10 @@ class Router:
     goes where GET does, a path off by a trailing slash redirects), so the API did not change.
     """
 
-    def __init__(self, routes: list[tuple[str, str, Endpoint]], fail: Callable[[Exception], Response]) -> None:
+    def __init__(self, routes: list[tuple[str, str, Endpoint]], fail: Callable[[Exception], Response],
+                 startup: Callable[[], None]) -> None:
         self._fail = fail
+        self._startup = startup
         self._exact: dict[str, Methods] = {}
         self._patterns: dict[str, tuple[re.Pattern[str], Methods]] = {}
         for method, path, endpoint in routes:
@@ -153,7 +155,7 @@ class Router:
                 response = self._fail(error)
             await response(scope, receive, send)
         elif kind == "lifespan":
-            await _lifespan(receive, send)
+            await self._lifespan(receive, send)
         else:
             await send({"type": "websocket.close", "code": 1000, "reason": ""})
 
@@ -177,6 +179,17 @@ class Router:
                 return methods, match.groupdict()
         return None
 
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        """Runs `startup`; nothing to stop: the node is made before the app and closed after the server."""
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._startup()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
     async def _redirect(self, scope: Scope, receive: Receive, args: dict[str, Any]) -> Response:
         """No route: a 307 to the same path with its trailing slash added or removed, when that is a route."""
         path = scope["path"]
@@ -184,17 +197,6 @@ class Router:
         if path == "/" or self._find(other) is None:
             raise NotFound("no such route: see docs/api.md or /openapi.json")
         return RedirectResponse(url=str(URL(scope={**scope, "path": other})))
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    """Nothing to start or stop: the node is made before the app and closed after the server."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
