@@ -7,6 +7,7 @@ import time
 import pytest
 
 from rollbox.engine import Engine, Sandbox
+from rollbox.engine.engine import FORK_COPY_BYTES
 from rollbox.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning, SnapshotNotFound
 from rollbox.spec import Limits
 
@@ -40,9 +41,26 @@ def test_fork_children_start_from_parent_files_and_are_isolated(engine: Engine, 
             child.delete()
 
 
+def test_a_fork_of_a_small_parent_keeps_it_running(sandbox: Sandbox) -> None:
+    """Its files are copied, not frozen in place: the parent's processes carry on; the children's start afresh,
+    and whiteouts (a deleted file of the template) and opaque directories (a replaced one) carry over."""
+    sandbox.exec("sleep 300 > /dev/null 2>&1 &")
+    sandbox.exec("rm -rf /opt/data && mkdir /opt/data && echo new > /opt/data/other && rm /etc/hostname",
+                 user="root")
+    before = sandbox.exec("pgrep -x sleep").stdout
+    (child,) = sandbox.fork(1)
+    try:
+        assert sandbox.exec("pgrep -x sleep").stdout == before != ""
+        assert child.exec("pgrep -x sleep || echo none; ls /opt/data; ls /etc/hostname 2>&1").stdout == \
+            "none\nother\nls: cannot access '/etc/hostname': No such file or directory\n"
+    finally:
+        child.delete()
+
+
 def test_repeated_forks_stack_layers_and_clean_up(engine: Engine, sandbox: Sandbox) -> None:
+    """Parents past FORK_COPY_BYTES freeze their upper in place: layers stack, and go when nothing uses them."""
     for generation in range(5):
-        sandbox.exec(f"echo {generation} > gen{generation}")
+        sandbox.exec(f"echo {generation} > gen{generation}; head -c {FORK_COPY_BYTES + 2**20} /dev/zero > big")
         (child,) = sandbox.fork(1)
         assert child.exec("cat gen*").stdout.split() == [str(n) for n in range(generation + 1)]
         child.delete()

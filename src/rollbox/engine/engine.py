@@ -50,6 +50,10 @@ BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "HOSTNAME": "sa
 whole seconds and its size, so a same-size fix written in the second a test imported the module would
 silently run the old code (and earn the old reward)."""
 PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+FORK_COPY_BYTES = 8 * 2**20
+"""A parent that has written at most this much keeps running through a fork: its files are copied into each
+child's upper while its processes are frozen. Past it, copying would cost more than freezing the upper in
+place as a shared layer, which restarts the parent."""
 
 
 class Engine:
@@ -155,11 +159,12 @@ class Engine:
             expires_at=now + limits.lifetime if limits.lifetime else None, labels=labels,
         )
 
-    def _launch(self, record: SandboxRecord) -> None:
+    def _launch(self, record: SandboxRecord, seed: Path | None = None) -> None:
+        """Starts a sandbox on a new upper (a copy of the upper directory `seed`, or empty)."""
         record.upper = self.layers.new_upper_id()
         self._save(record)
         try:
-            self.layers.create_upper(record.upper, Limits(**record.limits).disk)
+            self.layers.create_upper(record.upper, Limits(**record.limits).disk, seed)
             self._start(record)
         except BaseException:
             self._destroy(record)
@@ -297,22 +302,35 @@ class Engine:
         return record.image
 
     def fork(self, sandbox_id: str, count: int) -> list[Sandbox]:
-        """Gives `count` new sandboxes starting from this one's files, at a cost independent of their size.
+        """Gives `count` new sandboxes starting from this one's files; their processes start afresh.
 
-        Files carry over, processes do not: the parent restarts too, over the same frozen layer.
+        A parent that has written little (FORK_COPY_BYTES) keeps running, its processes frozen while its
+        files are copied. A larger one has its upper frozen in place as a layer the children share, at a
+        cost independent of its size, and restarts over it too (its processes do not carry over).
         """
         if not 1 <= count <= 64:
             raise InvalidRequest("fork count must be between 1 and 64")
         with self._locked(sandbox_id):
             parent = self._record(sandbox_id)
-            image = self._freeze_upper(parent)
+            copied = self.layers.upper_bytes(parent.upper) <= FORK_COPY_BYTES
+            image = parent.image if copied else self._freeze_upper(parent)
             children = [self._new_record(parent.template, parent.runtime, image, Limits(**parent.limits),
                                          parent.env, parent.labels) for _ in range(count)]
             for child in children:
                 child.baseline, child.parent, child.snapshot = parent.baseline, parent.id, parent.snapshot
+            seed = self.layers.upper_dirs(parent.upper)[0] if copied else None
+            hold = copied and parent.state == "running"
             with ThreadPoolExecutor(max_workers=min(count + 1, 8)) as pool:
-                results = [pool.submit(self._launch, record) for record in (parent, *children)]
-                errors = [f.exception() for f in results if f.exception()]
+                if hold:
+                    self.cgroups.freeze(parent.container_id, True)
+                try:
+                    results = [pool.submit(self._launch, child, seed) for child in children]
+                    if not copied:
+                        results.append(pool.submit(self._launch, parent))
+                    errors = [f.exception() for f in results if f.exception()]
+                finally:
+                    if hold:
+                        self.cgroups.freeze(parent.container_id, False)
             if errors:
                 for child in children:
                     with contextlib.suppress(Exception):

@@ -12,6 +12,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,13 +70,25 @@ class LayerStore:
     def new_upper_id() -> str:
         return UPPER_PREFIX + secrets.token_hex(8)
 
-    def create_upper(self, upper_id: str, size: int) -> None:
-        """Creates the upper `upper_id`; record it first, or a concurrent clean-up may take it for garbage."""
+    def create_upper(self, upper_id: str, size: int, seed: Path | None = None) -> None:
+        """Creates the upper `upper_id`, holding a copy of the upper directory `seed` if given (overlayfs'
+        whiteouts and opaque-directory xattrs included); record it first, or a concurrent clean-up may take it
+        for garbage."""
         root = self.uppers / upper_id
         root.mkdir()
         mounts.mount_tmpfs(root, size)
-        (root / "upper").mkdir()
         (root / "work").mkdir()
+        if seed is None:
+            (root / "upper").mkdir()
+        else:
+            copied = subprocess.run(["cp", "-a", "--", str(seed), str(root / "upper")], capture_output=True, text=True)
+            if copied.returncode != 0:
+                raise OSError(f"copying the files of {seed.parent.name} failed: {copied.stderr.strip()}")
+
+    def upper_bytes(self, upper_id: str) -> int:
+        """Bytes a sandbox has written (its upper's tmpfs in use)."""
+        stats = os.statvfs(self.uppers / upper_id)
+        return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
 
     def upper_dirs(self, upper_id: str) -> tuple[Path, Path]:
         root = self.uppers / upper_id
