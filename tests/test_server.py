@@ -410,6 +410,8 @@ def test_a_server_killed_with_sigkill_keeps_every_claim(make_server: Any) -> Non
         wait_ready(http)
         sandboxes = [claim(http) for _ in range(3)]
         sandboxes.append(claim(http, template="basic", idle_pause_after=0.3))
+        deleted = claim(http)["id"]
+        assert http.delete(f"/v1/sandboxes/{deleted}").status_code == 204  # a deletion is kept as a claim is
         for index, sandbox in enumerate(sandboxes):
             run(http, sandbox["id"], f"echo {index} > ~/mark")
         http.post(f"/v1/sandboxes/{sandboxes[0]['id']}/pause")
