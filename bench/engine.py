@@ -162,6 +162,8 @@ def baselines(engine: Engine, box: Sandbox, plan: Plan, progress: Progress) -> F
                                     lambda: subprocess.run(runc_exec, check=True)),
         "exec_true_ms": repeat(progress, "engine exec true", plan.exec, lambda: box.exec(["true"])),
         "exec_echo_ms": repeat(progress, "engine exec echo hi", plan.exec, lambda: box.exec("echo hi")),
+        "exec_true_isolated_ms": repeat(progress, "engine exec true, isolated", plan.exec // 4,
+                                        lambda: box.exec(["true"], isolated=True)),
     }
     return {name: distribution(samples) for name, samples in figures.items()}
 

@@ -12,7 +12,8 @@ import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "engine.py"
 DISTRIBUTIONS = {
-    "subprocess_true_ms", "runc_exec_true_ms", "exec_true_ms", "exec_echo_ms", "create_ms", "delete_ms",
+    "subprocess_true_ms", "runc_exec_true_ms", "exec_true_ms", "exec_echo_ms", "exec_true_isolated_ms",
+    "create_ms", "delete_ms",
     "python_ms", "reset_ms", "pause_ms", "resume_ms", "fork4_1mb_ms", "fork4_200mb_ms",
 }
 SCALARS = {
