@@ -58,6 +58,12 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def test_a_transport_error_without_a_message_is_named() -> None:
+    from rollbox.client._http import connection_failed
+    error = connection_failed("http://router", "POST", "/v1/sandboxes", httpx.ReadError(""))
+    assert str(error) == "POST /v1/sandboxes to http://router failed: ReadError"
+
+
 def test_an_unreachable_server_is_one_clear_error() -> None:
     client = SandboxClient(f"http://127.0.0.1:{_free_port()}")
     with pytest.raises(ConnectionFailed, match=r"cannot reach the rollbox server at http://127\.0\.0\.1:\d+ .*serve"):

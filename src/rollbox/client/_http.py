@@ -80,4 +80,4 @@ def connection_failed(base_url: str, method: str, path: str, error: httpx.Transp
     if isinstance(error, httpx.TimeoutException):
         return ConnectionFailed(f"{method} {path}: the server at {base_url} did not answer in time: "
                                 "raise the client's timeout, or check the server's load")
-    return ConnectionFailed(f"{method} {path} to {base_url} failed: {error or type(error).__name__}")
+    return ConnectionFailed(f"{method} {path} to {base_url} failed: {str(error) or type(error).__name__}")
