@@ -384,7 +384,8 @@ class Engine:
                       output_limit: int | None, isolated: bool) -> ExecRequest:
         if record.state == "paused":
             raise SandboxNotRunning(f"sandbox {record.id} is paused: resume it before running commands")
-        if isolated and not self.runtime(record.runtime).isolates_commands:
+        runtime = self.runtime(record.runtime)
+        if isolated and not runtime.isolates_commands:
             raise InvalidRequest(f"sandbox {record.id} runs on {record.runtime}, which cannot run isolated "
                                  "commands: use a runc template, or run the command without isolation")
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
@@ -396,7 +397,7 @@ class Engine:
         else:
             account = accounts.resolve([self.sandbox_dir / record.id / "rootfs"], user)
             identity, home = (account.uid, account.gid, account.groups), account.home
-        full_env = {**BASE_ENV, "PATH": PATH_ENV, "HOME": home, **self.runtime(record.runtime).exec_env,
+        full_env = {**BASE_ENV, "PATH": PATH_ENV, "HOME": home, **runtime.exec_env,
                     **record.image.env, **record.env, **(env or {})}
         return ExecRequest(
             argv=argv, env=full_env, cwd=cwd or record.image.workdir or home, user=identity, timeout=timeout,
