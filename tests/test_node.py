@@ -265,6 +265,28 @@ async def test_changed_template_replaces_warm_sandboxes(node: LocalNode, engine:
     await node.delete_template("copied")
 
 
+async def test_a_pool_deleted_while_refilling_lets_its_template_go(node: LocalNode, engine: Engine,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Starts still in flight finish (and are discarded) before the pool is gone: none then fails on
+    the deleted template, and none leaves a sandbox behind."""
+    await node.apply(SandboxTemplate.model_validate({**BASIC, "metadata": {"name": "doomed"}}), print)
+    await node.apply(pool("doomed-pool", replicas=6, template="doomed"), print)
+
+    async def starting() -> bool:
+        return node._pools["doomed-pool"].starting > 0
+
+    async def nothing_left() -> bool:
+        return not engine.list()
+
+    await until(starting)
+    doomed = node._pools["doomed-pool"]
+    await node.delete_warmpool("doomed-pool")
+    assert doomed.starting == 0
+    await node.delete_template("doomed")
+    await until(nothing_left)
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
 async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode, engine: Engine) -> None:
     await node.apply(pool(replicas=2), print)
     await filled(node)

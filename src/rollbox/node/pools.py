@@ -110,11 +110,14 @@ class WarmPool:
             self._nudge(time.monotonic())
 
     def close(self) -> None:
-        """Stops refilling. What was started stays recorded, so a restarted node finds it again."""
+        """Stops refilling and waits for starts in flight, so that the template can go once the pool has.
+        What was started stays recorded, so a restarted node finds it again."""
         with self._cond:
             self._closed = True
-            self._cond.notify()
+            self._cond.notify_all()
         self._thread.join()
+        with self._cond:
+            self._cond.wait_for(lambda: self.starting == 0)
 
     def _wait(self, now: float) -> float | None:
         """Seconds until the pool should start one more sandbox: 0 now, None when only a change can tell."""
@@ -146,7 +149,8 @@ class WarmPool:
     def _start_one(self, generation: int) -> None:
         sandbox_id = None
         try:
-            sandbox_id = self._launch(self)
+            if not self._closed:
+                sandbox_id = self._launch(self)
         except CapacityExceeded:
             self._retry_after(_CAPACITY_RETRY)
         except Exception:
@@ -160,7 +164,7 @@ class WarmPool:
             stale = sandbox_id is not None and generation != self._generation
             if sandbox_id is not None and not stale:
                 self.ready.append(sandbox_id)
-            self._cond.notify()
+            self._cond.notify_all()
         if stale:
             self._discard(sandbox_id)  # type: ignore[arg-type]
 
