@@ -4,16 +4,19 @@ streams hold their connection, dead connections are dropped, and failures stay t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
+import httpx
 import pytest
 
 from rollbox import errors
 from rollbox.cli import serving
 from rollbox.client import AsyncSandboxClient, ConnectionFailed, SandboxClient
+from rollbox.client._transport import PoolTransport
 from rollbox.node import LocalNode
 from tests.conftest import make_engine, teardown_engine
 
@@ -97,6 +100,22 @@ def test_a_streamed_exec_holds_its_connection_while_other_calls_proceed(url: str
     asyncio.run(calls())
 
 
+def test_streamed_calls_give_their_connection_back(url: str) -> None:
+    with SandboxClient(url) as sync_client:
+        sync_client.apply(TEMPLATE)
+
+    async def calls() -> None:
+        async with AsyncSandboxClient(url) as client, client.create_sandbox(template="basic") as sandbox:
+            for word in ("one", "two", "three"):
+                seen: list[str] = []
+                result = await sandbox.run(f"echo {word}", on_stdout=seen.append)
+                assert result.stdout == "".join(seen) == f"{word}\n"
+            await client.health()
+            assert opened(client) == 1
+
+    asyncio.run(calls())
+
+
 def test_an_idle_connection_the_server_closed_is_not_reused(node: LocalNode, monkeypatch: pytest.MonkeyPatch) -> None:
     serve_module = importlib.import_module("rollbox.server.serve")  # rollbox.server.serve is also the function
     monkeypatch.setattr(serve_module, "KEEP_ALIVE", 0.2)
@@ -154,3 +173,98 @@ def test_a_server_that_hangs_up_mid_call_is_connection_failed() -> None:
                 await hanging_up
 
         asyncio.run(calls())
+
+
+class _Scripted:
+    """A loopback server that answers each request, after `pause` seconds, with the next of `answers` (raw
+    bytes); it closes the connection after each answer when `close` is set, and after one whose body has
+    neither a length nor chunks. It records the requests it got."""
+
+    def __init__(self, answers: list[bytes], close: bool = False, pause: float = 0.0) -> None:
+        self.answers = answers
+        self.close = close
+        self.pause = pause
+        self.requests: list[bytes] = []
+        self.connections = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        while self.answers:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            self.requests.append(head + await reader.readexactly(length))
+            await asyncio.sleep(self.pause)
+            answer = self.answers.pop(0)
+            writer.write(answer)
+            with contextlib.suppress(ConnectionError):  # a client that gave up has closed its end
+                await writer.drain()
+            framed = b"content-length:" in answer.lower() or b"transfer-encoding:" in answer.lower()
+            if self.close or not framed:
+                break
+        writer.close()
+
+
+def _transport_run(scripted: _Scripted, calls: Callable[[httpx.AsyncClient], Awaitable[None]],
+                   timeout: float = 5.0) -> None:
+    async def run() -> None:
+        server = await asyncio.start_server(scripted.handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with server, httpx.AsyncClient(base_url=url, transport=PoolTransport(url, httpx.Limits()),
+                                             timeout=timeout) as client:
+            await calls(client)
+
+    asyncio.run(run())
+
+
+def test_the_transport_reads_lengths_chunks_and_bodies_that_end_at_close() -> None:
+    big = bytes(range(256)) * 40_000  # 10 MB: the transport stops reading while 1 MB waits unread
+    scripted = _Scripted([
+        b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(big), big),
+        b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",  # the answer to HEAD: no body follows
+        b"HTTP/1.1 200 OK\r\n\r\nuntil the end",
+        b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n",
+    ])
+
+    async def calls(client: httpx.AsyncClient) -> None:
+        async with client.stream("GET", "/big") as response:
+            received = b""
+            async for part in response.aiter_raw():
+                received += part
+                await asyncio.sleep(0)
+            assert received == big
+        answer = await client.post("/chunked", content=b"sent")
+        assert (answer.status_code, answer.reason_phrase, answer.content) == (201, "Created", b"abcde")
+        head = await client.head("/head")
+        assert (head.status_code, head.content, head.headers["content-length"]) == (200, b"", "5")
+        assert (await client.get("/until-close")).content == b"until the end"
+        assert (await client.delete("/after")).status_code == 204
+
+    _transport_run(scripted, calls)
+    assert scripted.connections == 2  # an answer that ends at close cannot leave its connection open
+    assert scripted.requests[1].startswith(b"POST /chunked HTTP/1.1\r\n")
+    assert scripted.requests[1].lower().endswith(b"content-length: 4\r\n\r\nsent")
+
+
+def test_the_transport_reports_broken_and_slow_answers_as_httpx_errors() -> None:
+    async def calls(client: httpx.AsyncClient) -> None:
+        with pytest.raises(httpx.RemoteProtocolError, match=r"not valid HTTP/1\.1"):
+            await client.get("/")
+        with pytest.raises(httpx.RemoteProtocolError, match="before the end of the answer"):
+            await client.get("/")
+
+    _transport_run(_Scripted([b"SMTP ready\r\n\r\n", b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort"],
+                             close=True), calls)
+
+    async def slow(client: httpx.AsyncClient) -> None:
+        with pytest.raises(httpx.ReadTimeout):
+            await client.get("/")
+        assert (await client.get("/", timeout=5.0)).content == b"ok"
+        assert scripted.connections == 2  # the timed-out connection was dropped, not reused
+
+    scripted = _Scripted([b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"] * 2, pause=0.5)
+    _transport_run(scripted, slow, timeout=0.2)

@@ -113,9 +113,12 @@ class SandboxClient:
                 if not response.is_success:
                     response.read()
                     raise error_from(response)
+                result = None  # read to the end, past the result: a whole answer frees its connection
                 for line in response.iter_lines():
-                    if line and (result := call.reader.feed(line)) is not None:
-                        return result
+                    if line and result is None:
+                        result = call.reader.feed(line)
+                if result is not None:
+                    return result
         except httpx.TransportError as error:
             raise connection_failed(self.base_url, call.method, call.path, error) from error
         raise call.ended_early()
