@@ -79,8 +79,8 @@ class Plan:
     """Samples per phase and client: `--quick` keeps the whole run under a minute."""
 
     pool: int
-    """Replicas of the warm pool behind the claim, exec and python phases; a round takes at most 3/4 of it,
-    so the pool never runs low enough to refill (and compete for the CPU) while a round is timed."""
+    """Replicas of the warm pool behind the claim, exec and python phases; a round leaves more than a quarter
+    of it, so the pool never runs low enough to refill (and compete for the CPU) while a round is timed."""
     claims: int
     execs: int
     exec_load: int
@@ -93,11 +93,12 @@ class Plan:
 
     @property
     def round(self) -> int:
-        return self.pool * 3 // 4
+        """The most claims a round takes (the pool refills at once at a quarter or less)."""
+        return self.pool - self.pool // 4 - 1
 
 
-QUICK = Plan(pool=96, claims=32, execs=200, exec_load=400, python=32, burst=100, creates=10, workers=8)
-FULL = Plan(pool=256, claims=192, execs=1000, exec_load=2000, python=192, burst=1000, creates=50, workers=8)
+QUICK = Plan(pool=100, claims=32, execs=200, exec_load=400, python=32, burst=100, creates=10, workers=8)
+FULL = Plan(pool=260, claims=192, execs=1000, exec_load=2000, python=192, burst=1000, creates=50, workers=8)
 
 
 TARGETS: dict[str, tuple[str, Callable[[Figures], bool]]] = {
