@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -268,3 +270,26 @@ def test_the_transport_reports_broken_and_slow_answers_as_httpx_errors() -> None
 
     scripted = _Scripted([b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"] * 2, pause=0.5)
     _transport_run(scripted, slow, timeout=0.2)
+
+
+def test_a_call_abandoned_when_its_loop_closed_is_finalised_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a crashed rollout leaves it: the coroutine is closed later, and its connection goes with the loop."""
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        await asyncio.sleep(30)
+
+    async def start_a_call() -> asyncio.Task[object]:
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        client = AsyncSandboxClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        call = asyncio.ensure_future(client.health())
+        await asyncio.sleep(0.2)
+        return call
+
+    unraisable: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: unraisable.append(info.exc_value))
+    loop = asyncio.new_event_loop()
+    call = loop.run_until_complete(start_a_call())
+    loop.close()
+    del call
+    gc.collect()
+    assert unraisable == []

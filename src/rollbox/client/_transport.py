@@ -11,6 +11,7 @@ bounds the connections open at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import sys
 import time
@@ -156,7 +157,9 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         self.closed = True
         if self._transport is not None:
-            self._transport.close()
+            # A call abandoned when its event loop closed is finalised later: the socket then goes with the loop.
+            with contextlib.suppress(RuntimeError):
+                self._transport.close()
 
     async def _write(self, request: httpx.Request, timeout: float | None) -> None:
         assert self._transport is not None
