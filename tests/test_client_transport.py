@@ -177,7 +177,7 @@ def test_a_server_that_hangs_up_mid_call_is_connection_failed() -> None:
         asyncio.run(calls())
 
 
-class _Scripted:
+class _RawServer:
     """A loopback server that answers each request, after `pause` seconds, with the next of `answers` (raw
     bytes); it closes the connection after each answer when `close` is set, and after one whose body has
     neither a length nor chunks. It records the requests it got."""
@@ -210,7 +210,7 @@ class _Scripted:
         writer.close()
 
 
-def _transport_run(scripted: _Scripted, calls: Callable[[httpx.AsyncClient], Awaitable[None]],
+def _transport_run(scripted: _RawServer, calls: Callable[[httpx.AsyncClient], Awaitable[None]],
                    timeout: float = 5.0) -> None:
     async def run() -> None:
         server = await asyncio.start_server(scripted.handle, "127.0.0.1", 0)
@@ -224,7 +224,7 @@ def _transport_run(scripted: _Scripted, calls: Callable[[httpx.AsyncClient], Awa
 
 def test_the_transport_reads_lengths_chunks_and_bodies_that_end_at_close() -> None:
     big = bytes(range(256)) * 40_000  # 10 MB: the transport stops reading while 1 MB waits unread
-    scripted = _Scripted([
+    scripted = _RawServer([
         b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(big), big),
         b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
         b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",  # the answer to HEAD: no body follows
@@ -259,7 +259,7 @@ def test_the_transport_reports_broken_and_slow_answers_as_httpx_errors() -> None
         with pytest.raises(httpx.RemoteProtocolError, match="before the end of the answer"):
             await client.get("/")
 
-    _transport_run(_Scripted([b"SMTP ready\r\n\r\n", b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort"],
+    _transport_run(_RawServer([b"SMTP ready\r\n\r\n", b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort"],
                              close=True), calls)
 
     async def slow(client: httpx.AsyncClient) -> None:
@@ -268,7 +268,7 @@ def test_the_transport_reports_broken_and_slow_answers_as_httpx_errors() -> None
         assert (await client.get("/", timeout=5.0)).content == b"ok"
         assert scripted.connections == 2  # the timed-out connection was dropped, not reused
 
-    scripted = _Scripted([b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"] * 2, pause=0.5)
+    scripted = _RawServer([b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"] * 2, pause=0.5)
     _transport_run(scripted, slow, timeout=0.2)
 
 

@@ -29,7 +29,7 @@ READ_BUFFER = 1 << 20
 class _Connection(asyncio.Protocol):
     """One keep-alive connection: a request written whole, its answer parsed as it arrives.
 
-    The httptools callbacks (`on_*`) fill in the answer; `answer` waits for its head, `next_part` for each
+    The httptools callbacks (`on_*`) fill in the answer; `send` waits for its head, `next_part` for each
     piece of its body. A connection the server closed while idle is never handed out again.
     """
 
@@ -130,10 +130,9 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._reason, self._headers, self._head_done, self._complete = b"", [], False, False
         await self._write(request, timeouts.get("write"))
-        head_only = request.method == "HEAD"
         while not self._head_done:
             await self._wait(timeouts.get("read"))
-        if head_only:  # its length describes a body that is not sent
+        if request.method == "HEAD":  # its length describes a body that is not sent
             self._complete = True
         return self._parser.get_status_code(), self._headers, self._reason
 
@@ -166,8 +165,10 @@ class _Connection(asyncio.Protocol):
         target = request.url.raw_path
         head = b"".join([request.method.encode(), b" ", target, b" HTTP/1.1\r\n",
                          *(b"%s: %s\r\n" % pair for pair in request.headers.raw), b"\r\n"])
-        body = await request.aread()  # the SDK's bodies are bytes already; a streamed one is sent as one chunk
-        if request.headers.get("transfer-encoding") == "chunked":
+        try:
+            body = request.content  # the SDK's bodies are bytes, read when the request was built
+        except httpx.RequestNotRead:  # a streamed body (httpx announced it as chunked): sent as one chunk
+            body = await request.aread()
             body = (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"
         self._transport.write(head + body)
         await self._drained(timeout)
