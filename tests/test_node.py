@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,7 +22,8 @@ from rollbox.errors import (
 )
 from rollbox.node import ClaimRequest, ExecRequest, LocalNode
 from rollbox.spec import SandboxTemplate, SandboxWarmPool, parse_resource
-from tests.conftest import BASIC, make_engine, teardown_engine
+from tests.attack_support import cgroup_value
+from tests.conftest import BASIC, make_engine, teardown_engine, template_for
 
 pytestmark = pytest.mark.anyio
 TEMPLATE = SandboxTemplate.model_validate(BASIC)
@@ -303,6 +306,43 @@ async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode, engine: 
         assert [c.id for c in await again.claims("alice")] == [kept.id]
     finally:
         again.close()
+
+
+@pytest.mark.parametrize(("runtime", "restarted"), [("runc", False), ("runc", True), ("runsc", False)],
+                         ids=["runc", "runc-recovered", "runsc"])
+async def test_a_warm_sandbox_that_dies_is_never_handed_out(node: LocalNode, engine: Engine, runtime: str,
+                                                            restarted: bool) -> None:
+    """Killed on the host while it waits (as the OOM killer would kill it), a warm sandbox leaves its
+    pool and another takes its place: no claim gets a dead sandbox, and no descriptor is left behind."""
+    template = template_for(runtime)
+    if runtime != "runc":
+        await node.apply(SandboxTemplate.model_validate({**BASIC, "metadata": {"name": template},
+                                                         "spec": {**BASIC["spec"], "runtime": runtime}}), print)
+    await node.apply(pool(replicas=2, template=template), print)
+    await filled(node)
+    if restarted:
+        node.close()
+        node.__init__(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)  # type: ignore[misc]
+    doomed = set(node._pools["basic-pool"].ready)
+    for sandbox_id in doomed:
+        for pid in cgroup_value(engine, engine.get(sandbox_id), "pids", "cgroup.procs").split():
+            os.kill(int(pid), signal.SIGKILL)
+    with pytest.raises(SandboxNotRunning):
+        engine.exec(next(iter(doomed)), ["true"])
+
+    async def replaced() -> bool:
+        return not doomed & set(node._pools["basic-pool"].ready)
+    await until(replaced)
+    claims = [await node.claim("alice", ClaimRequest(warmpool="basic-pool")) for _ in range(2)]
+    assert not doomed & {node._claims[claim.id].sandbox_id for claim in claims}
+    for claim in claims:
+        assert await run(node, "alice", claim.id, "echo alive") == "alive\n"
+        await node.delete("alice", claim.id)
+
+    async def only_warm_ones_watched() -> bool:
+        ready = set(node._pools["basic-pool"].ready)
+        return len(ready) == 2 and set(node._exits._watched.values()) == ready
+    await until(only_warm_ones_watched)
 
 
 async def test_one_node_per_data_directory(node: LocalNode, engine: Engine) -> None:

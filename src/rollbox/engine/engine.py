@@ -255,6 +255,16 @@ class Engine:
         record = self._record(sandbox_id)
         return record.state == "paused" or self._agent(record).ping(timeout=1.0)
 
+    def exit_fd(self, sandbox_id: str) -> int | None:
+        """A descriptor that turns readable once the sandbox's container has stopped (a pidfd of its
+        init), so that one epoll can watch thousands of sandboxes; the caller closes it. None when its
+        runtime does not say which process that is; SandboxNotRunning when it has stopped already."""
+        record = self._record(sandbox_id)
+        try:
+            return self.runtime(record.runtime).init_pidfd(record.container_id)
+        except ProcessLookupError:
+            raise SandboxNotRunning(f"sandbox {sandbox_id} has stopped: reset it or create a new one") from None
+
     def _locked(self, sandbox_id: str) -> threading.RLock:
         with self._lock:
             return self._sandbox_locks.setdefault(sandbox_id, threading.RLock())

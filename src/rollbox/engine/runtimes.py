@@ -8,6 +8,7 @@ would be held open by the container's init and hang the caller.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import select
@@ -99,23 +100,38 @@ class Runtime:
         """Kills the container's init (and so its whole pid namespace); True once it has exited.
 
         `runc delete --force` (1.1) kills a running container and then polls it every 100 ms, so a
-        delete cost ~110 ms. runc's `state.json` gives the init's pid and start time: the start time
-        guards against a reused pid. Other runtimes keep no such file (False: they delete themselves).
+        delete cost ~110 ms. Runtimes that keep no runc `state.json` get False: they delete themselves.
         """
-        try:
-            state = json.loads((self.state_root / container_id / "state.json").read_text())
-            pid, started = int(state["init_process_pid"]), int(state["init_process_start"])
-            pidfd = os.pidfd_open(pid)
-        except (OSError, ValueError, KeyError, TypeError):
+        init = self._init_process(container_id)
+        if init is None:
             return False
         try:
-            if _start_time(pid) != started:
-                return True
+            pidfd = _open_pidfd(*init)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        try:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             return bool(select.select([pidfd], [], [], timeout)[0])
         finally:
             os.close(pidfd)
+
+    def init_pidfd(self, container_id: str) -> int | None:
+        """A pidfd of the process whose exit means the container stopped (readable from then on); the
+        caller closes it. None when this runtime does not say which process that is; ProcessLookupError
+        when it has exited already."""
+        init = self._init_process(container_id)
+        return None if init is None else _open_pidfd(*init)
+
+    def _init_process(self, container_id: str) -> tuple[int, int] | None:
+        """The init's pid and start time from runc's `state.json`: the start time guards against a reused pid."""
+        try:
+            state = json.loads((self.state_root / container_id / "state.json").read_text())
+            return int(state["init_process_pid"]), int(state["init_process_start"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def state(self, container_id: str) -> dict[str, Any] | None:
         result = subprocess.run([*self._base(), "state", container_id], capture_output=True, text=True)
@@ -172,6 +188,19 @@ class Runsc(Runtime):
         argv = [*self._base(), "delete", "-force", container_id]
         threading.Thread(target=subprocess.run, args=(argv,), kwargs={"capture_output": True}, daemon=True).start()
 
+    def init_pidfd(self, container_id: str) -> int | None:
+        """The sandbox process (the sentry) stands for the container: it runs as long as the container does."""
+        try:
+            path = next(self.state_root.glob(f"{glob.escape(container_id)}_sandbox:*.state"))
+            pid = int(json.loads(path.read_text())["sandbox"]["pid"])
+        except (StopIteration, OSError, ValueError, KeyError, TypeError):
+            return None
+        pidfd = _open_pidfd(pid, None)
+        if f"--root={self.state_root}" not in _cmdline(pid):  # the sandbox exited and its pid was reused
+            os.close(pidfd)
+            raise ProcessLookupError(pid)
+        return pidfd
+
     def _bundle(self, container_id: str) -> str | None:
         state = self.state(container_id)
         return state.get("bundle") if state else None
@@ -202,6 +231,23 @@ def make_runtime(name: str, state_dir: Path) -> Runtime:
     return Runtime(name, binary, root)
 
 
+def _open_pidfd(pid: int, started: int | None) -> int:
+    """A pidfd of `pid`, if that process still runs and (given `started`) is the one that started then;
+    else ProcessLookupError. The start time is compared after opening: the pidfd pins the process it names."""
+    pidfd = os.pidfd_open(pid)
+    if started is not None and _start_time(pid) != started:
+        os.close(pidfd)
+        raise ProcessLookupError(pid)
+    return pidfd
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _start_time(pid: int) -> int | None:
     """A process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
     try:
@@ -227,12 +273,7 @@ def _wait_for_processes_mentioning(bundle: str, root: str, timeout: float = 5.0)
 
 
 def _processes() -> list[tuple[int, str]]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/cmdline", "rb") as handle:
-                found.append((int(entry.name), handle.read().replace(b"\0", b" ").decode(errors="replace")))
-    return found
+    return [(int(entry.name), _cmdline(int(entry.name))) for entry in os.scandir("/proc") if entry.name.isdigit()]
 
 
 def _tail(path: Path, limit: int = 2000) -> str:

@@ -39,6 +39,7 @@ from rollbox.node.base import FileOp, OutputCallback
 from rollbox.node.models import ApplyStatus, ClaimInfo, ClaimRequest, ExecRequest, TemplateInfo, WarmPoolInfo
 from rollbox.node.pools import WarmPool
 from rollbox.node.store import Claim, NodeStore
+from rollbox.node.watch import ExitWatch
 from rollbox.spec import Metadata, Resource, SandboxTemplate, SandboxWarmPool
 
 log = logging.getLogger("rollbox.node")
@@ -78,6 +79,7 @@ class LocalNode:
         self._starter = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rollbox-refill")
         self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rollbox-delete")
         self._closed = threading.Event()
+        self._exits = ExitWatch(self._stopped)
         self._recover()
         self._sweeper = threading.Thread(target=self._sweep, args=(tick,), name="rollbox-sweeper", daemon=True)
         self._sweeper.start()
@@ -164,8 +166,29 @@ class LocalNode:
         return pool
 
     def _new_pool(self, resource: SandboxWarmPool, ready: list[str]) -> WarmPool:
-        return WarmPool(resource, self._launch, lambda sandbox_id: self._discard([sandbox_id]),
+        return WarmPool(resource, self._launch, lambda sandbox_id: self._discard([sandbox_id]), self._watch,
                         self._starter.submit, ready)
+
+    def _watch(self, sandbox_id: str) -> None:
+        """Has a warm sandbox's exit reported (see ExitWatch): a claim must never take a dead one."""
+        try:
+            fd = self.engine.exit_fd(sandbox_id)
+        except SandboxNotFound:
+            return
+        except SandboxNotRunning:
+            self._stopped(sandbox_id)
+            return
+        if fd is not None:
+            self._exits.add(sandbox_id, fd)
+
+    def _stopped(self, sandbox_id: str) -> None:
+        """A watched sandbox stopped. A warm one leaves its pool, which starts another; a claimed one
+        stays its claim's, whose next call says it stopped (and `reset` brings it back)."""
+        for pool in list(self._pools.values()):
+            if pool.forget(sandbox_id):
+                log.warning("warm sandbox %s of pool %s stopped while it waited: replacing it", sandbox_id, pool.name)
+                self._discard([sandbox_id])
+                return
 
     def _launch(self, pool: WarmPool) -> str:
         self._reserve(1)
@@ -640,6 +663,9 @@ class LocalNode:
         self.store.remove_pool_sandboxes(stale)
         for resource in resources:
             self._pools[resource.metadata.name] = self._new_pool(resource, ready[resource.metadata.name])
+        for sandbox_ids in ready.values():
+            for sandbox_id in sandbox_ids:
+                self._watch(sandbox_id)
         for sandbox_id in alive - held:
             self._delete_later(sandbox_id)
         snapshots = {info.name for info in self.engine.snapshots()}
@@ -662,6 +688,7 @@ class LocalNode:
             pool.close()
         self._starter.shutdown(wait=True)
         self._deleter.shutdown(wait=True)
+        self._exits.close()
         self.store.close()
 
 

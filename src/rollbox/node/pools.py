@@ -26,6 +26,8 @@ Launch = Callable[["WarmPool"], str]
 """Starts one ready sandbox for the pool and records it as the pool's; raises CapacityExceeded when full."""
 Discard = Callable[[str], None]
 """Deletes a sandbox the pool no longer wants (started for a template that has since changed)."""
+Watch = Callable[[str], None]
+"""Told of every sandbox that becomes ready, so that one dying while it waits leaves the pool (`forget`)."""
 _CAPACITY_RETRY = 0.5
 REFILL_QUIET = 0.1
 _MAX_BACKOFF = 10.0
@@ -34,7 +36,7 @@ _MAX_BACKOFF = 10.0
 class WarmPool:
     """Keeps `replicas` sandboxes of one template started and answering."""
 
-    def __init__(self, resource: SandboxWarmPool, launch: Launch, discard: Discard,
+    def __init__(self, resource: SandboxWarmPool, launch: Launch, discard: Discard, watch: Watch,
                  submit: Callable[[Callable[[], None]], object], ready: list[str] | None = None) -> None:
         self.resource = resource
         self.template = resource.spec.sandbox_template_ref.name
@@ -43,6 +45,7 @@ class WarmPool:
         self.starting = 0
         self._launch = launch
         self._discard = discard
+        self._watch = watch
         self._submit = submit
         self._cond = threading.Condition()
         self._generation = 0
@@ -167,6 +170,8 @@ class WarmPool:
             self._cond.notify_all()
         if stale:
             self._discard(sandbox_id)  # type: ignore[arg-type]
+        elif sandbox_id is not None:
+            self._watch(sandbox_id)
 
     def _retry_after(self, delay: float) -> None:
         with self._cond:
