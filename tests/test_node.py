@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -343,6 +344,25 @@ async def test_a_warm_sandbox_that_dies_is_never_handed_out(node: LocalNode, eng
         ready = set(node._pools["basic-pool"].ready)
         return len(ready) == 2 and set(node._exits._watched.values()) == ready
     await until(only_warm_ones_watched)
+
+
+async def test_no_sandbox_inherits_the_nodes_descriptors(node: LocalNode, engine: Engine) -> None:
+    """The node holds a pidfd of every warm sandbox (enough to kill it): none may reach another sandbox."""
+    await node.apply(pool(replicas=2), print)
+    await filled(node)
+    assert len(node._exits._watched) >= 2
+    claim = await node.claim("alice", ClaimRequest(template="basic", snapshot=None))
+    await run(node, "alice", claim.id, "sleep 30 >/dev/null 2>&1 &")
+    box = engine.get(node._claims[claim.id].sandbox_id)
+    inherited = {}
+    for pid in cgroup_value(engine, box, "pids", "cgroup.procs").split():
+        for entry in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                inherited[f"{pid}/{entry.name}"] = os.readlink(entry)
+    assert inherited
+    node_kinds = ("anon_inode:[pidfd]", "anon_inode:[eventpoll]", "anon_inode:[eventfd]")  # the watch's
+    assert not {fd: target for fd, target in inherited.items()
+                if target in node_kinds or target.endswith((".db", ".db-wal", ".db-shm"))}
 
 
 async def test_one_node_per_data_directory(node: LocalNode, engine: Engine) -> None:

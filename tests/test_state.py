@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import resource
 import time
 
 import pytest
@@ -10,6 +12,7 @@ from rollbox.engine import Engine, Sandbox
 from rollbox.engine.engine import FORK_COPY_BYTES
 from rollbox.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning, SnapshotNotFound
 from rollbox.spec import Limits
+from tests.conftest import template_for
 
 
 def test_reset_returns_to_the_template_baseline(sandbox: Sandbox) -> None:
@@ -143,3 +146,22 @@ def test_concurrent_forks_and_deletes_lose_no_layer(engine: Engine) -> None:
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(pool.map(episode, range(9)))
     assert results == [[f"{n}\n"] * 4 for n in range(9)]
+
+
+def test_a_process_with_thousands_of_descriptors_still_deletes_and_resets(engine: Engine, runtime: str) -> None:
+    """A node holds a descriptor per warm sandbox: past select()'s limit of 1024, deletes must still work."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1200:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        box = engine.create(template_for(runtime))
+        box.reset()
+        assert box.exec("echo up").stdout == "up\n"
+        box.delete()
+        with pytest.raises(SandboxNotFound):
+            engine.info(box.id)
+    finally:
+        for fd in held:
+            os.close(fd)

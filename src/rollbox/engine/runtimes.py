@@ -114,7 +114,7 @@ class Runtime:
         try:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            return bool(select.select([pidfd], [], [], timeout)[0])
+            return _exited(pidfd, timeout)
         finally:
             os.close(pidfd)
 
@@ -239,6 +239,13 @@ def _open_pidfd(pid: int, started: int | None) -> int:
         os.close(pidfd)
         raise ProcessLookupError(pid)
     return pidfd
+
+
+def _exited(pidfd: int, timeout: float) -> bool:
+    """Waits for a pidfd to turn readable. poll, not select: a node's descriptors go past select's 1024."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
 
 
 def _cmdline(pid: int) -> str:
