@@ -178,6 +178,9 @@ class LocalNode:
         except SandboxNotRunning:
             self._stopped(sandbox_id)
             return
+        except OSError as error:  # out of descriptors, say: the sandbox still serves, unwatched
+            log.warning("cannot watch warm sandbox %s for its exit: %s", sandbox_id, error)
+            return
         if fd is not None:
             self._exits.add(sandbox_id, fd)
 

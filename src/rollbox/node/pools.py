@@ -27,7 +27,7 @@ Launch = Callable[["WarmPool"], str]
 Discard = Callable[[str], None]
 """Deletes a sandbox the pool no longer wants (started for a template that has since changed)."""
 Watch = Callable[[str], None]
-"""Told of every sandbox that becomes ready, so that one dying while it waits leaves the pool (`forget`)."""
+"""Told of every sandbox the pool starts, once ready, so that one dying while it waits leaves the pool (`forget`)."""
 _CAPACITY_RETRY = 0.5
 REFILL_QUIET = 0.1
 _MAX_BACKOFF = 10.0
