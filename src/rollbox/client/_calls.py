@@ -109,9 +109,27 @@ class StreamCall(Generic[T]):
     body: str
     wait: float | None = None
 
-    def ended_early(self) -> errors.RollboxError:
-        return errors.NodeUnavailable(f"{self.method} {self.path}: the answer stopped before it was complete; "
-                                      "the server or the sandbox's node went away")
+    def answer(self) -> StreamAnswer[T]:
+        return StreamAnswer(self)
+
+
+class StreamAnswer(Generic[T]):
+    """A StreamCall's answer as it is read: lines past the result are read too (a whole answer frees its
+    connection for the next call) and ignored."""
+
+    def __init__(self, call: StreamCall[T]) -> None:
+        self._call = call
+        self._result: T | None = None
+
+    def feed(self, line: str) -> None:
+        if line and self._result is None:
+            self._result = self._call.reader.feed(line)
+
+    def result(self) -> T:
+        if self._result is None:
+            raise errors.NodeUnavailable(f"{self._call.method} {self._call.path}: the answer stopped before it was "
+                                         "complete; the server or the sandbox's node went away")
+        return self._result
 
 
 def _json(adapter: TypeAdapter[T]) -> Parse[T]:

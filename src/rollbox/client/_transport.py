@@ -16,7 +16,7 @@ import ssl
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import httptools
 import httpx
@@ -176,13 +176,8 @@ class _Connection(asyncio.Protocol):
     async def _drained(self, timeout: float | None) -> None:
         if self._error is not None:
             raise self._error
-        if self._writable is None or self.closed:
-            return
-        try:
-            async with asyncio.timeout(timeout):
-                await self._writable
-        except TimeoutError:
-            raise httpx.WriteTimeout(f"the request could not be sent in {timeout} s") from None
+        if self._writable is not None and not self.closed:
+            await _within(self._writable, timeout, httpx.WriteTimeout, "the request could not be sent")
 
     async def _wait(self, timeout: float | None) -> None:
         if self._error is not None:
@@ -191,10 +186,7 @@ class _Connection(asyncio.Protocol):
             raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
         self._waiter = asyncio.get_running_loop().create_future()
         try:
-            async with asyncio.timeout(timeout):
-                await self._waiter
-        except TimeoutError:
-            raise httpx.ReadTimeout(f"no answer from the server in {timeout} s") from None
+            await _within(self._waiter, timeout, httpx.ReadTimeout, "no answer from the server")
         finally:
             self._waiter = None
         if self._error is not None:
@@ -207,6 +199,16 @@ class _Connection(asyncio.Protocol):
     def _fail(self, error: httpx.TransportError) -> None:
         self._error = error
         self._wake()
+
+
+async def _within(step: Awaitable[object], timeout: float | None, expired: type[httpx.TimeoutException],
+                  what: str) -> None:
+    """Awaits `step`, raising `expired` ("<what> in <timeout> s") if it takes longer than `timeout`."""
+    try:
+        async with asyncio.timeout(timeout):
+            await step
+    except TimeoutError:
+        raise expired(f"{what} in {timeout} s") from None
 
 
 class PoolTransport(httpx.AsyncBaseTransport):
@@ -246,12 +248,8 @@ class PoolTransport(httpx.AsyncBaseTransport):
                               extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason})
 
     async def _acquire(self, timeouts: dict[str, float | None]) -> _Connection:
-        pool_timeout = timeouts.get("pool")
-        try:
-            async with asyncio.timeout(pool_timeout):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise httpx.PoolTimeout(f"no connection to the router came free in {pool_timeout} s") from None
+        await _within(self._slots.acquire(), timeouts.get("pool"), httpx.PoolTimeout,
+                      "no connection to the router came free")
         try:
             connection = self._idle_connection() or await self._connect(timeouts.get("connect"))
         except BaseException:
@@ -273,10 +271,8 @@ class PoolTransport(httpx.AsyncBaseTransport):
         connection = _Connection()
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(timeout):
-                await loop.create_connection(lambda: connection, self._host, self._port, ssl=self._ssl)
-        except TimeoutError:
-            raise httpx.ConnectTimeout(f"could not connect to {self._host}:{self._port} in {timeout} s") from None
+            await _within(loop.create_connection(lambda: connection, self._host, self._port, ssl=self._ssl), timeout,
+                          httpx.ConnectTimeout, f"could not connect to {self._host}:{self._port}")
         except OSError as error:
             raise httpx.ConnectError(str(error) or type(error).__name__) from error
         self.connections_opened += 1

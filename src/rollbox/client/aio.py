@@ -124,15 +124,12 @@ class AsyncSandboxClient:
                 if not response.is_success:
                     await response.aread()
                     raise error_from(response)
-                result = None  # read to the end, past the result: a whole answer frees its connection
+                answer = call.answer()
                 async for line in response.aiter_lines():
-                    if line and result is None:
-                        result = call.reader.feed(line)
-                if result is not None:
-                    return result
+                    answer.feed(line)
+                return answer.result()
         except httpx.TransportError as error:
             raise connection_failed(self.base_url, call.method, call.path, error) from error
-        raise call.ended_early()
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -113,15 +113,12 @@ class SandboxClient:
                 if not response.is_success:
                     response.read()
                     raise error_from(response)
-                result = None  # read to the end, past the result: a whole answer frees its connection
+                answer = call.answer()
                 for line in response.iter_lines():
-                    if line and result is None:
-                        result = call.reader.feed(line)
-                if result is not None:
-                    return result
+                    answer.feed(line)
+                return answer.result()
         except httpx.TransportError as error:
             raise connection_failed(self.base_url, call.method, call.path, error) from error
-        raise call.ended_early()
 
     def close(self) -> None:
         self._http.close()

@@ -102,14 +102,13 @@ class Runtime:
         `runc delete --force` (1.1) kills a running container and then polls it every 100 ms, so a
         delete cost ~110 ms. Runtimes that keep no runc `state.json` get False: they delete themselves.
         """
-        init = self._init_process(container_id)
-        if init is None:
-            return False
         try:
-            pidfd = _open_pidfd(*init)
+            pidfd = self.init_pidfd(container_id)
         except ProcessLookupError:
             return True
         except OSError:
+            return False
+        if pidfd is None:
             return False
         try:
             with contextlib.suppress(OSError):
