@@ -271,23 +271,26 @@ async def test_changed_template_replaces_warm_sandboxes(node: LocalNode, engine:
 
 async def test_a_pool_deleted_while_refilling_lets_its_template_go(node: LocalNode, engine: Engine,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    """Starts still in flight finish (and are discarded) before the pool is gone: none then fails on
-    the deleted template, and none leaves a sandbox behind."""
+    """A pool deleted halfway through filling (some sandboxes ready, more starting) stops refilling
+    before it is emptied: no start then fails on the deleted template, none leaves a sandbox behind,
+    and none lands in the deleted pool after it was emptied."""
     await node.apply(SandboxTemplate.model_validate({**BASIC, "metadata": {"name": "doomed"}}), print)
-    await node.apply(pool("doomed-pool", replicas=6, template="doomed"), print)
 
-    async def starting() -> bool:
-        return node._pools["doomed-pool"].starting > 0
+    async def halfway() -> bool:
+        filling = node._pools["doomed-pool"]
+        return filling.starting > 0 and len(filling.ready) > 0
 
     async def nothing_left() -> bool:
         return not engine.list()
 
-    await until(starting)
-    doomed = node._pools["doomed-pool"]
-    await node.delete_warmpool("doomed-pool")
-    assert doomed.starting == 0
+    for _ in range(15):
+        await node.apply(pool("doomed-pool", replicas=6, template="doomed"), print)
+        await until(halfway)
+        doomed = node._pools["doomed-pool"]
+        await node.delete_warmpool("doomed-pool")
+        assert doomed.starting == 0
+        await until(nothing_left)
     await node.delete_template("doomed")
-    await until(nothing_left)
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
 
 

@@ -155,8 +155,9 @@ class LocalNode:
         with self._lock:
             pool = self._pool(name)
             del self._pools[name]
-        self._discard(pool.drain())
+        # Stop refilling first: a pool drained while still open starts new sandboxes into itself.
         await to_thread.run_sync(pool.close)
+        self._discard(pool.drain())
         self.store.delete_pool(name)
 
     def _pool(self, name: str) -> WarmPool:
