@@ -18,7 +18,7 @@ import yaml
 from rollbox.client import SandboxClient
 from rollbox.engine import Engine
 from tests.conftest import teardown_engine
-from tests.test_client import TEMPLATE, TOKENS, router
+from tests.test_client import ADMINS, TEMPLATE, TOKENS, router
 
 ROLLBOX = Path(sys.executable).with_name("rollbox")
 RESOURCES = TEMPLATE.replace("name: basic", "name: cli-basic") + """\
@@ -47,7 +47,7 @@ def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with router(tmp_path_factory.mktemp("cli-router"), TOKENS) as url:
+    with router(tmp_path_factory.mktemp("cli-router"), TOKENS, ADMINS) as url:
         yield url
 
 
@@ -87,6 +87,7 @@ def test_apply_errors_are_one_line(url: str, tmp_path: Path) -> None:
     assert "spec.replicas" in one_line_error(rollbox("apply", "-f", "-", url=url, stdin=broken))
     failing = TEMPLATE.replace("name: basic", "name: cli-broken").replace("mkdir", "exit 7; mkdir")
     assert "cli-broken" in one_line_error(rollbox("apply", "-f", "-", url=url, stdin=failing))
+    assert "admin" in one_line_error(rollbox("apply", "-f", "-", url=url, token="bob-token", stdin=RESOURCES))
 
 
 def test_ls_get_and_delete_sandboxes_and_snapshots(url: str, client: SandboxClient) -> None:
@@ -152,8 +153,10 @@ def _free_port() -> int:
 def test_serve_answers_until_terminated(tmp_path: Path) -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# kept out of the process list\nbob = bob-token\n")
     server = subprocess.Popen([str(ROLLBOX), "serve", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                               "--token", "alice=alice-token", "--max-sandboxes", "4"],
+                               "--token", "alice=alice-token", "--tokens-file", str(tokens), "--max-sandboxes", "4"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -161,7 +164,8 @@ def test_serve_answers_until_terminated(tmp_path: Path) -> None:
             assert server.poll() is None, server.communicate()
             assert time.monotonic() < deadline, "rollbox serve never answered"
             time.sleep(0.2)
-        assert "token" in one_line_error(rollbox("ls", url=url, token="bob-token"))
+        assert rollbox("ls", url=url, token="bob-token").returncode == 0
+        assert "token" in one_line_error(rollbox("ls", url=url, token="carol-token"))
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) == 0, server.communicate()
     finally:
@@ -171,11 +175,19 @@ def test_serve_answers_until_terminated(tmp_path: Path) -> None:
         _cleanup(tmp_path / "data")
 
 
-def test_serve_refuses_to_listen_openly_off_loopback(tmp_path: Path) -> None:
+def test_serve_refuses_an_open_network_listener_or_an_unknown_admin(tmp_path: Path) -> None:
     done = subprocess.run([str(ROLLBOX), "serve", "--data-dir", str(tmp_path / "data"), "--host", "0.0.0.0"],
                           capture_output=True, text=True, timeout=60)
     try:
         assert "without tokens" in one_line_error(done)
+        lone_admin = ["--token", "alice=alice-token", "--admin", "bob"]
+        done = subprocess.run([str(ROLLBOX), "serve", "--data-dir", str(tmp_path / "data"), *lone_admin],
+                              capture_output=True, text=True, timeout=60)
+        assert "admin 'bob' has no token" in one_line_error(done)
+        (tmp_path / "tokens").write_text("alice=alice-token\nsecret-without-a-tenant\n")
+        done = subprocess.run([str(ROLLBOX), "serve", "--data-dir", str(tmp_path / "data"),
+                               "--tokens-file", str(tmp_path / "tokens")], capture_output=True, text=True, timeout=60)
+        assert "line 2: write it as TENANT=TOKEN" in one_line_error(done) and "secret" not in done.stderr
     finally:
         _cleanup(tmp_path / "data")
 

@@ -247,15 +247,16 @@ spec:
     - run: mkdir -p /opt/data && echo baseline > /opt/data/file
 """
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
+ADMINS = ("alice",)
 
 
 @contextlib.contextmanager
-def router(root: Path, tokens: dict[str, str] | None = None) -> Iterator[str]:
+def router(root: Path, tokens: dict[str, str] | None = None, admins: tuple[str, ...] = ()) -> Iterator[str]:
     """The HTTP API on loopback over a node and engine of its own, removed to the last mount afterwards."""
     engine = make_engine(root)
     node = LocalNode(engine, max_sandboxes=32)
     try:
-        with serving(node, tokens) as url:
+        with serving(node, tokens, admins) as url:
             yield url
     finally:
         node.close()
@@ -264,7 +265,7 @@ def router(root: Path, tokens: dict[str, str] | None = None) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with router(tmp_path_factory.mktemp("router"), TOKENS) as url:
+    with router(tmp_path_factory.mktemp("router"), TOKENS, ADMINS) as url:
         yield url
 
 
@@ -287,6 +288,15 @@ def test_apply_streams_progress_then_tells_what_changed(client: SandboxClient) -
     client.delete_template("progress")
     with pytest.raises(errors.TemplateNotFound):
         client.get_template("progress")
+
+
+def test_only_an_admin_changes_templates_and_pools(url: str, client: SandboxClient) -> None:
+    with SandboxClient(url, token="bob-token") as bob:
+        with pytest.raises(errors.Forbidden, match="admin"):
+            bob.apply(TEMPLATE.replace("echo baseline", "echo planted"))
+        with pytest.raises(errors.Forbidden):
+            bob.delete_template("basic")
+        assert "echo baseline" in bob.get_template("basic").spec["steps"][0]["run"]
 
 
 def test_apply_reads_files_and_raises_a_failed_build(client: SandboxClient, tmp_path: Path) -> None:

@@ -92,9 +92,9 @@ def make_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server for most tests: three tenants, a quota of 80 each, bodies up to 1 MiB."""
-    server = Server(tmp_path_factory.mktemp("server"), tokens=TOKENS, max_sandboxes=160, tenant_quota=80,
-                    max_body=2**20)
+    """One server for most tests: three tenants (alice the admin), a quota of 80 each, bodies up to 1 MiB."""
+    server = Server(tmp_path_factory.mktemp("server"), tokens=TOKENS, admins=["alice"], max_sandboxes=160,
+                    tenant_quota=80, max_body=2**20)
     server.start()
     with server.client() as http:
         events = apply(http, [TEMPLATE, warm_pool(4)])
@@ -325,6 +325,33 @@ def test_tenants_cannot_see_or_touch_each_other(server: Server, alice: httpx.Cli
         assert anonymous.get("/healthz").json()["status"] == "ok"
 
 
+def test_only_admins_change_templates_and_pools(server: Server, alice: httpx.Client, bob: httpx.Client,
+                                                tmp_path: Path) -> None:
+    """A template decides what every sandbox made from it runs, and its `copy` steps read the server's own
+    files: a tenant allowed to apply one could plant code in other tenants' sandboxes or read the host."""
+    secret = tmp_path / "host-secret"
+    secret.write_text("the server's secret\n")
+    steal = {**TEMPLATE, "metadata": {"name": "steal"},
+             "spec": {"steps": [{"copy": {"src": secret.name, "dest": "/tmp/secret"}}]}}
+    plant = {**TEMPLATE, "spec": {"steps": [{"run": "echo planted > /opt/planted"}]}}
+    before = alice.get("/v1/templates").json(), alice.get("/v1/warmpools").json()
+    for documents in ([steal], [plant], [warm_pool(0)]):
+        answer = bob.post("/v1/apply", json={"documents": documents, "context_dir": str(tmp_path)})
+        error(answer, 403, "forbidden")
+        assert "admin" in answer.json()["error"]["message"]
+    error(bob.delete("/v1/warmpools/basic-pool"), 403, "forbidden")
+    error(bob.delete("/v1/templates/basic"), 403, "forbidden")
+    assert (bob.get("/v1/templates").json(), bob.get("/v1/warmpools").json()) == before
+    mine = claim(bob)["id"]
+    assert run(bob, mine, "test -e /opt/planted || test -e /tmp/secret || echo clean")["stdout"] == "clean\n"
+    bob.delete(f"/v1/sandboxes/{mine}")
+
+    # An admin (the operator) builds from the server's own files on purpose.
+    answer = alice.post("/v1/apply", json={"documents": [steal], "context_dir": str(tmp_path)})
+    assert '"status":"created"' in answer.text.replace(" ", ""), answer.text
+    alice.delete("/v1/templates/steal").raise_for_status()
+
+
 def test_bad_input_is_a_4xx_and_the_server_keeps_serving(alice: httpx.Client) -> None:
     sandbox_id = claim(alice)["id"]
     exec_path = f"/v1/sandboxes/{sandbox_id}/exec"
@@ -446,4 +473,8 @@ def test_no_tokens_means_loopback_only(tmp_path: Path) -> None:
 
     with pytest.raises(InvalidRequest, match="tokens"):
         serve(tmp_path, host="0.0.0.0")
+    with pytest.raises(InvalidRequest, match="admin 'mallory' has no token"):
+        serve(tmp_path, tokens=TOKENS, admins=["mallory"])
+    with pytest.raises(InvalidRequest, match="admins need tokens"):
+        serve(tmp_path, admins=["alice"])
     assert not os.listdir(tmp_path)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (%(default)s)")
     serve.add_argument("--token", action="append", default=[], metavar="TENANT=TOKEN",
                        help="accept TOKEN as TENANT (repeatable); with none the server is open, on loopback only")
+    serve.add_argument("--tokens-file", type=Path, metavar="FILE",
+                       help="TENANT=TOKEN lines ('#' comments): tokens kept out of the process list")
+    serve.add_argument("--admin", action="append", default=[], metavar="TENANT",
+                       help="let TENANT apply and delete templates and warm pools (repeatable; open server: anyone)")
     serve.add_argument("--max-sandboxes", type=int, help="sandboxes this node runs at most")
     serve.set_defaults(run=cmd_serve)
 
@@ -144,7 +148,27 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from rollbox.server import serve
 
     limits = {} if args.max_sandboxes is None else {"max_sandboxes": args.max_sandboxes}
-    serve(data_dir=args.data_dir, host=args.host, port=args.port, tokens=_pairs(args.token, "TENANT=TOKEN"), **limits)
+    tokens = {**_pairs(args.token, "TENANT=TOKEN"), **_tokens_file(args.tokens_file)}
+    serve(data_dir=args.data_dir, host=args.host, port=args.port, tokens=tokens, admins=args.admin, **limits)
+
+
+def _tokens_file(path: Path | None) -> dict[str, str]:
+    """TENANT=TOKEN lines; a mistake is reported by line number, never by echoing what might be a token."""
+    if path is None:
+        return {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as error:
+        raise UsageError(f"cannot read the tokens file {path}: {error.strerror}") from None
+    tokens = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        tenant, sep, token = line.strip().partition("=")
+        if not sep or not tenant.strip() or not token.strip():
+            raise UsageError(f"{path}, line {number}: write it as TENANT=TOKEN")
+        tokens[tenant.strip()] = token.strip()
+    return tokens
 
 
 # -- apply ------------------------------------------------------------------------------------
@@ -357,7 +381,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def serving(node: Node, tokens: dict[str, str] | None = None) -> Iterator[str]:
+def serving(node: Node, tokens: dict[str, str] | None = None, admins: Iterable[str] = ()) -> Iterator[str]:
     """The HTTP API over `node` on a free loopback port, in a background thread; yields its URL."""
     import uvicorn
 
@@ -366,8 +390,8 @@ def serving(node: Node, tokens: dict[str, str] | None = None) -> Iterator[str]:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(node, tokens), log_level="warning", access_log=False,
-                                           timeout_keep_alive=KEEP_ALIVE))
+    app = create_app(node, tokens, admins=admins)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="rollbox-server", daemon=True)
     thread.start()
     while not server.started:

@@ -32,6 +32,13 @@ class Unauthorized(RollboxError):
     status = 401
 
 
+class Forbidden(RollboxError):
+    """A known tenant asking for what only the server's admins may do."""
+
+    code = "forbidden"
+    status = 403
+
+
 class NotFound(RollboxError):
     code = "not_found"
     status = 404

@@ -17,8 +17,8 @@ RETRY_DELAYS = (0.1, 0.4, 1.6)
 """Seconds to wait before each retry of an idempotent call that hit a connection error or a 503."""
 
 _BY_STATUS: dict[int, type[errors.RollboxError]] = {
-    400: errors.InvalidRequest, 401: errors.Unauthorized, 404: errors.NotFound, 409: errors.Conflict,
-    413: errors.TooLarge, 422: errors.InvalidRequest, 429: errors.CapacityExceeded,
+    400: errors.InvalidRequest, 401: errors.Unauthorized, 403: errors.Forbidden, 404: errors.NotFound,
+    409: errors.Conflict, 413: errors.TooLarge, 422: errors.InvalidRequest, 429: errors.CapacityExceeded,
     502: errors.NodeUnavailable, 503: errors.NodeUnavailable, 504: errors.NodeUnavailable,
 }
 """The error class for answers that carry no error body of ours (a proxy's 502, a framework's 422)."""

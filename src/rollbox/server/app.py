@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from starlette.responses import Response
 from starlette.types import ASGIApp
@@ -27,10 +27,12 @@ YOUNG_OBJECTS = 10_000
 DESCRIPTION = "Isolated, stateful sandboxes for RL training of code agents. The contract is docs/api.md."
 
 
-def create_app(node: Node, tokens: dict[str, str] | None = None, *, max_body: int = DEFAULT_MAX_BODY) -> ASGIApp:
-    """The HTTP API of docs/api.md over `node`; `tokens` maps tenants to bearer tokens (None: open)."""
+def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iterable[str] = (),
+               max_body: int = DEFAULT_MAX_BODY) -> ASGIApp:
+    """The HTTP API of docs/api.md over `node`; `tokens` maps tenants to bearer tokens (None: open), and
+    `admins` names the tenants that may change templates and warm pools."""
     metrics = Metrics()
-    routes = Routes(Tenants(tokens))
+    routes = Routes(Tenants(tokens, admins))
     sandboxes.add_routes(routes, node, metrics)
     resources.add_routes(routes, node)
 

@@ -35,6 +35,8 @@ def document(specs: list[RouteSpec], title: str, version: str, description: str)
 
 def _operation(spec: RouteSpec) -> dict[str, Any]:
     summary = (spec.handler.__doc__ or spec.handler.__name__).strip().splitlines()[0]
+    if spec.admin:
+        summary += " Needs an admin's token."
     parameters = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
                   for name in re.findall(r"{(\w+)}", spec.path)]
     parameters += [{"name": q.name, "in": "query", "required": q.default is REQUIRED,

@@ -24,7 +24,7 @@ class ApplyRequest(Request):
 def add_routes(routes: Routes, node: Node) -> None:
     add = routes.add
 
-    @add("POST", "/v1/apply", body=ApplyRequest, answer="application/x-ndjson")
+    @add("POST", "/v1/apply", body=ApplyRequest, answer="application/x-ndjson", admin=True)
     async def apply(tenant: str, body: ApplyRequest) -> Response:
         """Creates or updates templates and warm pools, streaming progress, then one result per resource."""
         if body.context_dir is not None and not body.context_dir.startswith("/"):
@@ -56,7 +56,7 @@ def add_routes(routes: Routes, node: Node) -> None:
         """Describes one template."""
         return json_response(await node.template(name))
 
-    @add("DELETE", "/v1/templates/{name}", status=204)
+    @add("DELETE", "/v1/templates/{name}", status=204, admin=True)
     async def delete_template(tenant: str, name: str) -> Response:
         """Deletes a template no warm pool uses; its sandboxes keep running."""
         await node.delete_template(name)
@@ -72,7 +72,7 @@ def add_routes(routes: Routes, node: Node) -> None:
         """Describes one warm pool."""
         return json_response(await node.warmpool(name))
 
-    @add("DELETE", "/v1/warmpools/{name}", status=204)
+    @add("DELETE", "/v1/warmpools/{name}", status=204, admin=True)
     async def delete_warmpool(tenant: str, name: str) -> Response:
         """Deletes a warm pool and its ready sandboxes; claimed ones stay."""
         await node.delete_warmpool(name)

@@ -81,6 +81,8 @@ class RouteSpec:
     status: int = 200
     query: list[Query] = field(default_factory=list)
     auth: bool = True
+    admin: bool = False
+    """Only the server's admins may call it (see auth.Tenants)."""
 
 
 class Routes:
@@ -91,9 +93,10 @@ class Routes:
         self.specs: list[RouteSpec] = []
 
     def add(self, method: str, path: str, *, body: type[BaseModel] | type[bytes] | None = None, answer: Any = None,
-            status: int = 200, query: tuple[Query, ...] = (), auth: bool = True) -> Callable[[Handler], Handler]:
+            status: int = 200, query: tuple[Query, ...] = (), auth: bool = True,
+            admin: bool = False) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
-            self.specs.append(RouteSpec(method, path, handler, body, answer, status, list(query), auth))
+            self.specs.append(RouteSpec(method, path, handler, body, answer, status, list(query), auth, admin))
             return handler
         return register
 
@@ -102,12 +105,15 @@ class Routes:
         return Router([(spec.method, spec.path, self._endpoint(spec)) for spec in self.specs], fail, startup)
 
     def _endpoint(self, spec: RouteSpec) -> Endpoint:
-        tenants, handler, body, query, auth = self.tenants, spec.handler, spec.body, spec.query, spec.auth
+        tenants, handler, body, query, auth, admin = (self.tenants, spec.handler, spec.body, spec.query, spec.auth,
+                                                      spec.admin)
         model = body if isinstance(body, type) and issubclass(body, BaseModel) else None
 
         async def endpoint(scope: Scope, receive: Receive, args: dict[str, Any]) -> Response:
             if auth:
-                args["tenant"] = tenants.tenant(_header(scope, b"authorization"))
+                args["tenant"] = tenant = tenants.tenant(_header(scope, b"authorization"))
+                if admin:
+                    tenants.require_admin(tenant)
             if query:
                 params = QueryParams(scope["query_string"])
                 for param in query:
