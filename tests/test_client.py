@@ -184,6 +184,9 @@ def test_apply_validates_before_sending_anything() -> None:
     client = SandboxClient(f"http://127.0.0.1:{_free_port()}")
     with pytest.raises(errors.InvalidResource, match=r"spec\.limits\.memory"):
         client.apply("kind: SandboxTemplate\nmetadata: {name: a}\nspec: {limits: {memory: lots}}\n")
+    with pytest.raises(errors.InvalidResource, match=r"maxReplicas \(2\) is below replicas \(4\)"):
+        client.apply("kind: SandboxWarmPool\nmetadata: {name: p}\n"
+                     "spec: {replicas: 4, maxReplicas: 2, sandboxTemplateRef: {name: a}}\n")
     with pytest.raises(errors.InvalidResource, match="holds no resources"):
         client.apply("---\n")
     with pytest.raises(errors.InvalidRequest, match=r"cannot read /nonexistent\.yaml"):

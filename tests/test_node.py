@@ -21,7 +21,7 @@ from rollbox.errors import (
     SandboxNotRunning,
     TemplateNotFound,
 )
-from rollbox.node import ClaimRequest, ExecRequest, LocalNode
+from rollbox.node import ClaimRequest, ExecRequest, LocalNode, pools
 from rollbox.spec import SandboxTemplate, SandboxWarmPool, parse_resource
 from tests.attack_support import cgroup_value
 from tests.conftest import BASIC, make_engine, teardown_engine, template_for
@@ -30,9 +30,10 @@ pytestmark = pytest.mark.anyio
 TEMPLATE = SandboxTemplate.model_validate(BASIC)
 
 
-def pool(name: str = "basic-pool", replicas: int = 2, template: str = "basic") -> SandboxWarmPool:
+def pool(name: str = "basic-pool", replicas: int = 2, template: str = "basic",
+         max_replicas: int | None = None) -> SandboxWarmPool:
     return SandboxWarmPool.model_validate({"metadata": {"name": name}, "spec": {
-        "replicas": replicas, "sandboxTemplateRef": {"name": template}}})
+        "replicas": replicas, "maxReplicas": max_replicas, "sandboxTemplateRef": {"name": template}}})
 
 
 @pytest.fixture
@@ -68,7 +69,7 @@ async def until(condition, timeout: float = 15.0) -> None:  # type: ignore[no-un
 async def filled(node: LocalNode, name: str = "basic-pool") -> None:
     async def full() -> bool:
         info = await node.warmpool(name)
-        return info.ready == info.replicas
+        return info.ready == info.target
     await until(full)
 
 
@@ -292,6 +293,34 @@ async def test_a_pool_deleted_while_refilling_lets_its_template_go(node: LocalNo
         await until(nothing_left)
     await node.delete_template("doomed")
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
+async def test_a_pool_with_max_replicas_grows_to_its_bursts_then_shrinks_back(
+        node: LocalNode, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An RL step claims its episodes at once: after a burst larger than `replicas`, the pool keeps as
+    many ready (up to `maxReplicas`) so the next step's claims are warm, then shrinks when bursts stop."""
+    monkeypatch.setattr(pools, "BURST_MEMORY", 2.0)
+    await node.apply(pool("elastic", replicas=1, max_replicas=3), print)
+    await filled(node, "elastic")
+    claims = [await node.claim("alice", ClaimRequest(warmpool="elastic")) for _ in range(4)]
+    assert (await node.warmpool("elastic")).target == 3  # a burst of 4, capped at maxReplicas
+
+    async def ready(count: int) -> bool:
+        info = await node.warmpool("elastic")
+        return info.ready == count and info.target == count and not info.starting
+
+    await until(lambda: ready(3))
+    warm = set(node._pools["elastic"].ready)
+    before = time.monotonic()
+    second = [await node.claim("alice", ClaimRequest(warmpool="elastic")) for _ in range(2)]
+    assert {node._claims[claim.id].sandbox_id for claim in second} <= warm  # the next step's claims are warm
+    await until(lambda: ready(3))
+    await until(lambda: ready(1))
+    assert time.monotonic() - before >= pools.BURST_MEMORY  # it kept its size while the burst was recent
+    await until(lambda: anyio.to_thread.run_sync(lambda: len(engine.list()) == len(claims) + len(second) + 1))
+    for claim in claims + second:
+        await node.delete("alice", claim.id)
+    await node.delete_warmpool("elastic")
 
 
 async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode, engine: Engine) -> None:

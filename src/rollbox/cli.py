@@ -317,7 +317,7 @@ _COLUMNS: dict[str, tuple[list[str], Callable[[Any], list[str]]]] = {
         t.name, t.spec.get("base", "-"), t.spec.get("runtime", "-"), str(len(t.spec.get("steps", []))),
         _age(t.built_at)]),
     "warmpools": (["NAME", "TEMPLATE", "READY", "STARTING"], lambda p: [
-        p.name, p.template, f"{p.ready}/{p.replicas}", str(p.starting)]),
+        p.name, p.template, f"{p.ready}/{p.target}", str(p.starting)]),
     "sandboxes": (["ID", "TEMPLATE", "WARMPOOL", "STATE", "AGE", "EXPIRES IN", "PARENT"], lambda s: [
         s.id, s.template, s.warmpool or "-", s.state, _age(s.created_at), _age(s.expires_at), s.parent or "-"]),
     "snapshots": (["NAME", "TEMPLATE", "SOURCE", "AGE"], lambda s: [

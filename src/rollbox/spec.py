@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from rollbox.errors import InvalidResource
 
@@ -234,6 +242,13 @@ class WarmPoolSpec(Model):
     max_replicas: int | None = Field(None, alias="maxReplicas", ge=0)
     sandbox_template_ref: TemplateRef = Field(alias="sandboxTemplateRef")
     refill_concurrency: int = Field(2, alias="refillConcurrency", ge=1)
+
+    @model_validator(mode="after")
+    def _max_covers_replicas(self) -> WarmPoolSpec:
+        if self.max_replicas is not None and self.max_replicas < self.replicas:
+            raise ValueError(f"maxReplicas ({self.max_replicas}) is below replicas ({self.replicas}): "
+                             "it is how far the pool may grow past replicas")
+        return self
 
 
 class SandboxWarmPool(Model):

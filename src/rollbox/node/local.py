@@ -263,6 +263,8 @@ class LocalNode:
                 sandbox_id = pool.take()
                 if sandbox_id is not None:
                     return sandbox_id
+        if named is not None:
+            named.missed()  # its demand outran it: a pool with maxReplicas grows
         return None
 
     def _start_cold(self, template: str | None, snapshot: str | None) -> str:
@@ -588,6 +590,8 @@ class LocalNode:
                     self._reconcile()
                 except Exception:
                     log.exception("reconciling with the engine failed")
+            for pool in list(self._pools.values()):
+                self._discard(pool.shrink())
             for claim in list(self._claims.values()):
                 try:
                     if claim.expires_at is not None and claim.expires_at <= now:
@@ -761,4 +765,5 @@ def _template_info(name: str, spec: str, built_at: float) -> TemplateInfo:
 
 def _pool_info(pool: WarmPool) -> WarmPoolInfo:
     return WarmPoolInfo(name=pool.name, template=pool.template, replicas=pool.resource.spec.replicas,
-                        ready=len(pool.ready), starting=pool.starting)
+                        max_replicas=pool.resource.spec.max_replicas, target=pool.target, ready=len(pool.ready),
+                        starting=pool.starting)

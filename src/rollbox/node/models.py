@@ -69,6 +69,9 @@ class WarmPoolInfo(BaseModel):
     name: str
     template: str
     replicas: int
+    max_replicas: int | None = None
+    target: int
+    """Ready sandboxes it keeps now: `replicas`, raised towards `max_replicas` by recent bursts of claims."""
     ready: int
     starting: int
 

@@ -6,6 +6,10 @@ unless the pool runs dry. Refilling waits for a burst to pass (REFILL_QUIET with
 unless the pool runs low, because starting containers competes with the burst for the CPU.
 A claim wakes the refill thread only when that thread would otherwise sleep past the moment it
 must act: waking a thread per claim costs the event loop more than the claim itself.
+
+A pool with `maxReplicas` follows its demand: it keeps as many ready sandboxes as the largest
+burst of claims it served in the last BURST_MEMORY seconds (an RL trainer claims a step's
+episodes at once), between `replicas` and `maxReplicas`, and shrinks back once no such burst came.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ Watch = Callable[[str], None]
 """Told of every sandbox the pool starts, once ready, so that one dying while it waits leaves the pool (`forget`)."""
 _CAPACITY_RETRY = 0.5
 REFILL_QUIET = 0.1
+BURST_GAP = 1.0
+"""Claims less than this many seconds apart belong to one burst."""
+BURST_MEMORY = 300.0
+"""Seconds a pool with `maxReplicas` stays sized for a burst it served."""
 _MAX_BACKOFF = 10.0
 
 
@@ -55,6 +63,10 @@ class WarmPool:
         self._closed = False
         self._wakes_at = 0.0
         """When the refill thread looks at the pool again by itself (inf: only when notified; 0: awake)."""
+        self._burst = 0
+        """Claims in the burst under way (see BURST_GAP)."""
+        self._bursts: deque[tuple[float, int]] = deque()
+        """(when it ended, claims) of the bursts of the last BURST_MEMORY seconds, oldest first."""
         self._thread = threading.Thread(target=self._refill, name=f"rollbox-pool-{self.name}", daemon=True)
         self._thread.start()
 
@@ -62,15 +74,35 @@ class WarmPool:
     def name(self) -> str:
         return self.resource.metadata.name
 
+    @property
+    def target(self) -> int:
+        """Ready sandboxes the pool keeps: `replicas`, or up to `maxReplicas` to serve its recent bursts again."""
+        spec = self.resource.spec
+        if spec.max_replicas is None:
+            return spec.replicas
+        peak = max([self._burst, *(claims for _, claims in self._bursts)])
+        return min(spec.max_replicas, max(spec.replicas, peak))
+
     def take(self) -> str | None:
         """A ready sandbox's id, or None when the pool is empty right now."""
         with self._cond:
             if not self.ready:
                 return None
             sandbox_id = self.ready.popleft()
-            self._last_take = time.monotonic()
-            self._nudge(self._last_take)
+            self._count_claim()
             return sandbox_id
+
+    def missed(self) -> None:
+        """A claim for this pool found it empty (and starts cold): it still counts in the pool's burst."""
+        with self._cond:
+            self._count_claim()
+
+    def _count_claim(self) -> None:
+        now = time.monotonic()
+        self._end_burst(now)
+        self._burst += 1
+        self._last_take = now
+        self._nudge(now)
 
     def forget(self, sandbox_id: str) -> bool:
         """Drops a ready sandbox that no longer exists; False if a claim took it meanwhile."""
@@ -100,9 +132,24 @@ class WarmPool:
             self._cond.notify()
             return drained
 
+    def shrink(self) -> list[str]:
+        """Forgets bursts older than BURST_MEMORY; returns the ready sandboxes then above the target (to delete)."""
+        with self._cond:
+            now = time.monotonic()
+            self._end_burst(now)
+            while self._bursts and now - self._bursts[0][0] > BURST_MEMORY:
+                self._bursts.popleft()
+            return self._trim()
+
+    def _end_burst(self, now: float) -> None:
+        """Files the burst under way once BURST_GAP passed without a claim (call holding the lock)."""
+        if self._burst and now - self._last_take >= BURST_GAP:
+            self._bursts.append((self._last_take, self._burst))
+            self._burst = 0
+
     def _trim(self) -> list[str]:
         surplus = []
-        while len(self.ready) > self.resource.spec.replicas:
+        while len(self.ready) > self.target:
             surplus.append(self.ready.pop())
         return surplus
 
@@ -124,10 +171,10 @@ class WarmPool:
 
     def _wait(self, now: float) -> float | None:
         """Seconds until the pool should start one more sandbox: 0 now, None when only a change can tell."""
-        spec = self.resource.spec
-        if len(self.ready) + self.starting >= spec.replicas or self.starting >= spec.refill_concurrency:
+        target = self.target
+        if len(self.ready) + self.starting >= target or self.starting >= self.resource.spec.refill_concurrency:
             return None
-        quiet = 0.0 if len(self.ready) <= spec.replicas // 4 else self._last_take + REFILL_QUIET - now
+        quiet = 0.0 if len(self.ready) <= target // 4 else self._last_take + REFILL_QUIET - now
         return max(0.0, self._retry_at - now, quiet)
 
     def _nudge(self, now: float) -> None:
