@@ -66,7 +66,8 @@ class WarmPool:
         self._burst = 0
         """Claims in the burst under way (see BURST_GAP)."""
         self._bursts: deque[tuple[float, int]] = deque()
-        """(when it ended, claims) of the bursts of the last BURST_MEMORY seconds, oldest first."""
+        """(when it ended, claims) of the last BURST_MEMORY seconds' bursts that can still set the target:
+        each larger than every later one, so the first is the largest (read on every claim)."""
         self._thread = threading.Thread(target=self._refill, name=f"rollbox-pool-{self.name}", daemon=True)
         self._thread.start()
 
@@ -80,7 +81,7 @@ class WarmPool:
         spec = self.resource.spec
         if spec.max_replicas is None:
             return spec.replicas
-        peak = max([self._burst, *(claims for _, claims in self._bursts)])
+        peak = max(self._burst, self._bursts[0][1] if self._bursts else 0)
         return min(spec.max_replicas, max(spec.replicas, peak))
 
     def take(self) -> str | None:
@@ -144,6 +145,8 @@ class WarmPool:
     def _end_burst(self, now: float) -> None:
         """Files the burst under way once BURST_GAP passed without a claim (call holding the lock)."""
         if self._burst and now - self._last_take >= BURST_GAP:
+            while self._bursts and self._bursts[-1][1] <= self._burst:
+                self._bursts.pop()
             self._bursts.append((self._last_take, self._burst))
             self._burst = 0
 
