@@ -132,13 +132,14 @@ def _client(args: argparse.Namespace) -> SandboxClient:
 
 
 def _pairs(items: list[str], form: str) -> dict[str, str]:
-    pairs = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{item!r}: write it as {form}")
-        pairs[key] = value
-    return pairs
+    return dict(_pair(item, form, repr(item)) for item in items)
+
+
+def _pair(item: str, form: str, where: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise UsageError(f"{where}: write it as {form}")
+    return key, value
 
 
 # -- serve ------------------------------------------------------------------------------------
@@ -162,12 +163,9 @@ def _tokens_file(path: Path | None) -> dict[str, str]:
         raise UsageError(f"cannot read the tokens file {path}: {error.strerror}") from None
     tokens = {}
     for number, line in enumerate(lines, 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        tenant, sep, token = line.strip().partition("=")
-        if not sep or not tenant.strip() or not token.strip():
-            raise UsageError(f"{path}, line {number}: write it as TENANT=TOKEN")
-        tokens[tenant.strip()] = token.strip()
+        if line.strip() and not line.lstrip().startswith("#"):
+            tenant, token = _pair(line.strip(), "TENANT=TOKEN", f"{path}, line {number}")
+            tokens[tenant.strip()] = token.strip()
     return tokens
 
 

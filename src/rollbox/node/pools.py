@@ -99,6 +99,7 @@ class WarmPool:
             self._count_claim()
 
     def _count_claim(self) -> None:
+        """Counts a claim in the burst under way and wakes the refill if it must act (call holding the lock)."""
         now = time.monotonic()
         self._end_burst(now)
         self._burst += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from rollbox.errors import Forbidden, Unauthorized
+from rollbox.errors import Forbidden, InvalidRequest, Unauthorized
 
 OPEN_TENANT = "default"
 
@@ -26,17 +26,18 @@ class Tenants:
         self._tenants: dict[bytes, str] = {}
         for tenant, token in (tokens or {}).items():
             if not token:
-                raise ValueError(f"tenant {tenant!r} has an empty token: give every tenant a token")
+                raise InvalidRequest(f"tenant {tenant!r} has an empty token: give every tenant a token")
             digest = _digest(token)
             if digest in self._tenants:
-                raise ValueError(f"tenants {self._tenants[digest]!r} and {tenant!r} share a token: give each its own")
+                raise InvalidRequest(f"tenants {self._tenants[digest]!r} and {tenant!r} share a token: "
+                                     "give each its own")
             self._tenants[digest] = tenant
         admins = frozenset(admins)
         if self.open and admins:
-            raise ValueError("admins need tokens: an open server has one tenant, which is its admin")
+            raise InvalidRequest("admins need tokens: an open server has one tenant, which is its admin")
         missing = sorted(admins - set(tokens or {}))
         if missing:
-            raise ValueError(f"admin {missing[0]!r} has no token: give it one (--token {missing[0]}=TOKEN)")
+            raise InvalidRequest(f"admin {missing[0]!r} has no token: give it one (--token {missing[0]}=TOKEN)")
         self.admins = frozenset({OPEN_TENANT}) if self.open else admins
 
     def tenant(self, authorization: str | None) -> str:

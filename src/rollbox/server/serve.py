@@ -30,10 +30,7 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
         raise InvalidRequest(f"refusing to listen on {host} without tokens: anyone could run commands. "
                              "Give tokens (--token TENANT=TOKEN) or listen on 127.0.0.1")
     admins = tuple(admins)
-    try:
-        Tenants(tokens, admins)  # a mistake in them fails here, before the data directory is touched
-    except ValueError as error:
-        raise InvalidRequest(str(error)) from None
+    Tenants(tokens, admins)  # a mistake in them fails here, before the data directory is touched
     # uvicorn shuts down gracefully on SIGTERM, then raises it again: exit then, so the node and
     # the engine below still close (the default action would kill the process first).
     if threading.current_thread() is threading.main_thread():
