@@ -168,16 +168,42 @@ def test_claims_and_deletions_are_written_before_they_answer(node: LocalNode) ->
         claims = await asyncio.gather(*(node.claim("alice", ClaimRequest(warmpool="warm")) for _ in range(6)))
         ids = {claim.id for claim in claims}
         assert stored(node) == ids  # one transaction for the whole burst, committed before any answer
-        assert not {sandbox for sandbox, _ in node.store.pool_sandboxes()} & {
-            node._claims[claim_id].sandbox_id for claim_id in ids}
         gone = sorted(ids)[:4]
+        let_go = {node._claims[claim_id].sandbox_id for claim_id in gone}
         await asyncio.gather(*(node.delete("alice", claim_id) for claim_id in gone))
         assert stored(node) == ids - set(gone)
+        assert not {sandbox for sandbox, _ in node.store.pool_sandboxes()} & let_go
         assert [claim.id for claim in await node.claims("alice")] == [c.id for c in claims if c.id not in gone]
         with pytest.raises(SandboxNotFound):
             await node.delete("alice", gone[0])
 
     asyncio.run(main())
+
+
+def test_a_crash_after_a_delete_or_reset_never_hands_the_used_sandbox_to_a_pool(
+        node: LocalNode, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claimed sandbox keeps its pool row until its claim lets it go, in the same transaction: a node
+    that dies before deleting the sandbox finds it held by nobody at restart, and deletes it."""
+    async def used_then_crashed() -> set[str]:
+        claims = [await node.claim("alice", ClaimRequest(warmpool="warm")) for _ in range(2)]
+        used = {node._claims[claim.id].sandbox_id for claim in claims}
+        monkeypatch.setattr(node, "_delete_later", lambda sandbox_id: None)  # dies before deleting anything
+        await node.delete("alice", claims[0].id)
+        await node.reset("alice", claims[1].id)
+        return used
+
+    used = asyncio.run(used_then_crashed())
+    assert used <= {info.id for info in engine.list()}
+    node.close()
+    again = LocalNode(engine, max_sandboxes=24)
+    try:
+        assert not used & set(again._pools["warm"].ready)
+        deadline = time.monotonic() + 30
+        while used & {info.id for info in engine.list()}:
+            assert time.monotonic() < deadline, "the used sandboxes were not deleted"
+            time.sleep(0.05)
+    finally:
+        again.close()
 
 
 def test_a_delete_waits_for_whatever_holds_the_claim(node: LocalNode) -> None:

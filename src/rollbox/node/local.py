@@ -224,7 +224,7 @@ class LocalNode:
                     idle_pause_after=request.idle_pause_after, env=request.env or {}, labels=request.labels or {},
                     last_used=time.monotonic(),
                 )
-                await self._writer.put(claim, warm)
+                await self._writer.put(claim)
             except BaseException:
                 self._discard([sandbox_id])
                 raise
@@ -305,14 +305,14 @@ class LocalNode:
         finally:
             claim.lock.release()
         if removed:
-            await self._writer.delete(claim.id)
+            await self._writer.delete(claim)
             self._delete_later(claim.sandbox_id)
 
     def _remove(self, claim: Claim) -> None:
         with claim.lock:
             if not self._unlist(claim):
                 return
-            self.store.delete_claim(claim.id)
+            self.store.delete_claim(claim)
         self._delete_later(claim.sandbox_id)
 
     def _unlist(self, claim: Claim) -> bool:
@@ -393,7 +393,7 @@ class LocalNode:
                 self.store.put_claims([claim])
                 return claim.info()
             old, claim.sandbox_id, claim.paused = claim.sandbox_id, sandbox_id, None
-            self.store.put_claims([claim], [warm] if warm else [])
+            self.store.put_claims([claim], released=[old])
         self._delete_later(old)
         return claim.info()
 
@@ -614,7 +614,7 @@ class LocalNode:
                         with self._lock:
                             del self._claims[claim.id]
                             self._tenants[claim.tenant] -= 1
-                        self.store.delete_claim(claim.id)
+                        self.store.delete_claim(claim)
                         self._release(1)
         for pool in list(self._pools.values()):
             for sandbox_id in [s for s in list(pool.ready) if s not in alive and self._vanished(s)]:
@@ -652,7 +652,7 @@ class LocalNode:
         for claim in self.store.claims():
             if claim.sandbox_id not in alive:
                 log.warning("claim %s lost its sandbox %s: dropping it", claim.id, claim.sandbox_id)
-                self.store.delete_claim(claim.id)
+                self.store.delete_claim(claim)
                 continue
             claim.last_used = time.monotonic()
             self._claims[claim.id] = claim
@@ -711,20 +711,16 @@ class _ClaimWriter:
     def __init__(self, store: NodeStore) -> None:
         self.store = store
         self._claims: list[Claim] = []
-        self._taken: list[str] = []
-        self._deleted: list[str] = []
+        self._deleted: list[Claim] = []
         self._waiting: list[asyncio.Future[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def put(self, claim: Claim, taken: str | None) -> None:
-        """Records a claim; `taken` is the warm sandbox it took from its pool."""
+    async def put(self, claim: Claim) -> None:
         self._claims.append(claim)
-        if taken is not None:
-            self._taken.append(taken)
         await self._written()
 
-    async def delete(self, claim_id: str) -> None:
-        self._deleted.append(claim_id)
+    async def delete(self, claim: Claim) -> None:
+        self._deleted.append(claim)
         await self._written()
 
     def _written(self) -> asyncio.Future[None]:
@@ -736,10 +732,10 @@ class _ClaimWriter:
         return future
 
     def _flush(self) -> None:
-        claims, taken, deleted, waiting = self._claims, self._taken, self._deleted, self._waiting
-        self._claims, self._taken, self._deleted, self._waiting = [], [], [], []
+        claims, deleted, waiting = self._claims, self._deleted, self._waiting
+        self._claims, self._deleted, self._waiting = [], [], []
         try:
-            self.store.put_claims(claims, taken, deleted)
+            self.store.put_claims(claims, deleted)
         except Exception as error:
             for future in waiting:
                 if not future.done():

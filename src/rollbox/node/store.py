@@ -79,17 +79,23 @@ class NodeStore(Database):
     def claims(self) -> list[Claim]:
         return [Claim.from_json(record) for (record,) in self.query("SELECT record FROM claims")]
 
-    def put_claims(self, claims: Iterable[Claim], taken: Iterable[str] = (), deleted: Iterable[str] = ()) -> None:
-        """Records claims; `taken` names the pool sandboxes they took, which leave their pools atomically;
-        the claims `deleted` names are forgotten in the same transaction."""
+    def put_claims(self, claims: Iterable[Claim], deleted: Iterable[Claim] = (), released: Iterable[str] = ()) -> None:
+        """Records `claims` and forgets the `deleted` ones, in one transaction.
+
+        A sandbox taken from a pool keeps its pool row while a claim holds it: recovery gives a sandbox to
+        its claim before its pool, and a warm claim's commit is then one insert (the row's delete doubled
+        it). The row goes in the transaction that lets the sandbox go (its claim's deletion, or `released`
+        for a reset's old sandbox), so that a crash never hands a used sandbox back to a pool.
+        """
+        deleted = list(deleted)
         with self.transaction() as db:
-            db.executemany("DELETE FROM claims WHERE id=?", [(c,) for c in deleted])
-            db.executemany("DELETE FROM pool_sandboxes WHERE sandbox_id=?", [(s,) for s in taken])
+            db.executemany("DELETE FROM claims WHERE id=?", [(c.id,) for c in deleted])
+            db.executemany("DELETE FROM pool_sandboxes WHERE sandbox_id=?",
+                           [(s,) for s in [*released, *(c.sandbox_id for c in deleted)]])
             db.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?)", [(c.id, c.to_json()) for c in claims])
 
-    def delete_claim(self, claim_id: str) -> None:
-        with self.transaction() as db:
-            db.execute("DELETE FROM claims WHERE id=?", (claim_id,))
+    def delete_claim(self, claim: Claim) -> None:
+        self.put_claims((), deleted=[claim])
 
     # -- warm pools -------------------------------------------------------------------------
 
