@@ -98,7 +98,7 @@ class Plan:
 
 
 QUICK = Plan(pool=100, claims=32, execs=200, exec_load=400, python=32, burst=100, creates=10, workers=8)
-FULL = Plan(pool=260, claims=192, execs=1000, exec_load=2000, python=192, burst=1000, creates=50, workers=8)
+FULL = Plan(pool=260, claims=576, execs=1000, exec_load=2000, python=192, burst=1000, creates=50, workers=8)
 
 
 TARGETS: dict[str, tuple[str, Callable[[Figures], bool]]] = {
