@@ -662,7 +662,7 @@ class LocalNode:
         names = {resource.metadata.name for resource in resources}
         ready: defaultdict[str, list[str]] = defaultdict(list)
         stale = []
-        for sandbox_id, pool in self.store.pool_sandboxes():
+        for sandbox_id, pool in self.store.pool_sandboxes():  # a claimed sandbox's row stays: its claim wins
             if sandbox_id in alive and sandbox_id not in held and pool in names:
                 ready[pool].append(sandbox_id)
                 held.add(sandbox_id)

@@ -112,7 +112,7 @@ class NodeStore(Database):
             db.execute("DELETE FROM pool_sandboxes WHERE pool=?", (name,))
 
     def pool_sandboxes(self) -> list[tuple[str, str]]:
-        """(sandbox id, pool name) of every ready, unclaimed pool sandbox."""
+        """(sandbox id, pool name) of every sandbox a pool started: ready ones, and claimed ones not yet let go."""
         return [(sandbox, pool) for sandbox, pool in self.query("SELECT sandbox_id, pool FROM pool_sandboxes")]
 
     def add_pool_sandbox(self, sandbox_id: str, pool: str) -> None:
