@@ -73,6 +73,23 @@ def test_one_connection_serves_call_after_call_errors_included(url: str) -> None
     asyncio.run(calls())
 
 
+def test_a_closed_client_refuses_further_calls(url: str) -> None:
+    """Both SDKs: a call after close() is a clear error, not a new connection opened behind the user's back."""
+    async def calls() -> None:
+        client = AsyncSandboxClient(url)
+        await client.health()
+        await client.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            await client.health()
+        assert opened(client) == 1
+
+    asyncio.run(calls())
+    with SandboxClient(url) as client:
+        client.health()
+    with pytest.raises(RuntimeError, match="closed"):
+        client.health()
+
+
 def test_a_streamed_exec_holds_its_connection_while_other_calls_proceed(url: str) -> None:
     with SandboxClient(url) as sync_client:
         sync_client.apply(TEMPLATE)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import httpx
 from pydantic import ValidationError
@@ -41,18 +40,24 @@ class Settings:
         if token:
             self.headers["authorization"] = f"Bearer {token}"
         self.seconds = timeout
-        self.timeout = httpx.Timeout(timeout)
+        self._timeouts = httpx.Timeout(timeout).as_dict()
 
-    def client_options(self, max_connections: int) -> dict[str, Any]:
-        """What both httpx clients are built with: one pool of `max_connections` kept-alive connections."""
-        return {"base_url": self.base_url, "headers": self.headers, "timeout": self.timeout,
-                "limits": httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)}
+    def limits(self, max_connections: int) -> httpx.Limits:
+        """One pool of `max_connections` kept-alive connections, for both clients."""
+        return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
 
-    def timeout_for(self, wait: float | None) -> httpx.Timeout:
-        """The client timeout, stretched by `wait` seconds the server may spend working (None: no limit)."""
-        if wait == 0:
-            return self.timeout
-        return httpx.Timeout(self.seconds, read=None if wait is None else self.seconds + wait)
+    def request(self, method: str, path: str, *, params: dict[str, str] | None = None,
+                content: str | bytes | None = None, headers: dict[str, str] | None = None,
+                wait: float | None = 0.0) -> httpx.Request:
+        """A request to the router, built whole. An httpx client's own `request()` would parse the base URL
+        and merge its headers, cookies and auth again on every call: about 0.1 ms of CPU for nothing the SDK
+        uses. `wait` is the seconds the server may spend working beyond the client timeout (None: no limit)."""
+        return httpx.Request(method, self.base_url + path, params=params, content=content,
+                             headers=self.headers if headers is None else {**self.headers, **headers},
+                             extensions={"timeout": self._timeouts if wait == 0 else self._timeout_for(wait)})
+
+    def _timeout_for(self, wait: float | None) -> dict[str, float | None]:
+        return httpx.Timeout(self.seconds, read=None if wait is None else self.seconds + wait).as_dict()
 
 
 def raise_for_error(response: httpx.Response) -> httpx.Response:

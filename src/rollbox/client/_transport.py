@@ -234,8 +234,11 @@ class PoolTransport(httpx.AsyncBaseTransport):
         self._busy: set[_Connection] = set()
         self.connections_opened = 0
         """Connections opened so far: what reuse saves shows here."""
+        self._closed = False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("this client is closed: make a new one to send more calls")
         timeouts = request.extensions.get("timeout", {})
         connection = await self._acquire(timeouts)
         try:
@@ -296,7 +299,8 @@ class PoolTransport(httpx.AsyncBaseTransport):
         self._slots.release()
 
     async def aclose(self) -> None:
-        """Closes every connection, idle or still reading a response."""
+        """Closes every connection, idle or still reading a response; later requests are refused."""
+        self._closed = True
         for connection in [*self._idle, *self._busy]:
             connection.close()
         self._idle.clear()

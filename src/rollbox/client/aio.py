@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Coroutine, Generator
+from collections.abc import AsyncIterator, Coroutine, Generator
 from typing import Any, TypeVar, Unpack
 
 import httpx
@@ -27,9 +27,7 @@ class AsyncSandboxClient:
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  max_connections: int = 256) -> None:
         self._settings = Settings(base_url, token, timeout)
-        options = self._settings.client_options(max_connections)
-        self._transport = PoolTransport(self._settings.base_url, options["limits"])
-        self._http = httpx.AsyncClient(**options, transport=self._transport)
+        self._transport = PoolTransport(self._settings.base_url, self._settings.limits(max_connections))
 
     @property
     def base_url(self) -> str:
@@ -114,13 +112,15 @@ class AsyncSandboxClient:
         return call.parse(response)
 
     async def _request(self, call: calls.Call[T]) -> httpx.Response:
-        return await self._http.request(call.method, call.path, params=call.params, content=call.body,
-                                        headers=call.headers, timeout=self._settings.timeout_for(call.wait))
+        async with self._open(self._settings.request(call.method, call.path, params=call.params, content=call.body,
+                                                     headers=call.headers, wait=call.wait)) as response:
+            await response.aread()
+            return response
 
     async def _stream(self, call: calls.StreamCall[T]) -> T:
         try:
-            async with self._http.stream(call.method, call.path, content=call.body, headers=calls.JSON,
-                                   timeout=self._settings.timeout_for(call.wait)) as response:
+            async with self._open(self._settings.request(call.method, call.path, content=call.body,
+                                                         headers=calls.JSON, wait=call.wait)) as response:
                 if not response.is_success:
                     await response.aread()
                     raise error_from(response)
@@ -131,8 +131,19 @@ class AsyncSandboxClient:
         except httpx.TransportError as error:
             raise connection_failed(self.base_url, call.method, call.path, error) from error
 
+    @contextlib.asynccontextmanager
+    async def _open(self, request: httpx.Request) -> AsyncIterator[httpx.Response]:
+        """The request sent straight to the pool (every SDK call goes to the router, so an httpx client's
+        routing, redirects, auth and cookies would only cost CPU); the answer's connection is freed on exit."""
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        try:
+            yield response
+        finally:
+            await response.aclose()
+
     async def close(self) -> None:
-        await self._http.aclose()
+        await self._transport.aclose()
 
     async def __aenter__(self) -> AsyncSandboxClient:
         return self

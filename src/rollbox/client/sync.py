@@ -25,7 +25,7 @@ class SandboxClient:
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  max_connections: int = 256) -> None:
         self._settings = Settings(base_url, token, timeout)
-        self._http = httpx.Client(**self._settings.client_options(max_connections))
+        self._http = httpx.Client(limits=self._settings.limits(max_connections))
 
     @property
     def base_url(self) -> str:
@@ -103,13 +103,13 @@ class SandboxClient:
         return call.parse(response)
 
     def _request(self, call: calls.Call[T]) -> httpx.Response:
-        return self._http.request(call.method, call.path, params=call.params, content=call.body,
-                                  headers=call.headers, timeout=self._settings.timeout_for(call.wait))
+        return self._http.send(self._settings.request(call.method, call.path, params=call.params, content=call.body,
+                                                      headers=call.headers, wait=call.wait))
 
     def _stream(self, call: calls.StreamCall[T]) -> T:
+        request = self._settings.request(call.method, call.path, content=call.body, headers=calls.JSON, wait=call.wait)
         try:
-            with self._http.stream(call.method, call.path, content=call.body, headers=calls.JSON,
-                                   timeout=self._settings.timeout_for(call.wait)) as response:
+            with contextlib.closing(self._http.send(request, stream=True)) as response:
                 if not response.is_success:
                     response.read()
                     raise error_from(response)
