@@ -137,7 +137,7 @@ def test_streamed_calls_give_their_connection_back(url: str) -> None:
 
 def test_an_idle_connection_the_server_closed_is_not_reused(node: LocalNode, monkeypatch: pytest.MonkeyPatch) -> None:
     serve_module = importlib.import_module("rollbox.server.serve")  # rollbox.server.serve is also the function
-    monkeypatch.setattr(serve_module, "KEEP_ALIVE", 0.2)
+    monkeypatch.setitem(serve_module.UVICORN_OPTIONS, "timeout_keep_alive", 0.2)
 
     async def calls(url: str) -> None:
         async with AsyncSandboxClient(url) as client:

@@ -384,12 +384,12 @@ def serving(node: Node, tokens: dict[str, str] | None = None, admins: Iterable[s
     import uvicorn
 
     from rollbox.server import create_app
-    from rollbox.server.serve import KEEP_ALIVE
+    from rollbox.server.serve import UVICORN_OPTIONS
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     app = create_app(node, tokens, admins=admins)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **UVICORN_OPTIONS))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="rollbox-server", daemon=True)
     thread.start()
     while not server.started:
