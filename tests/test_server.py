@@ -334,14 +334,20 @@ def test_only_admins_change_templates_and_pools(server: Server, alice: httpx.Cli
     steal = {**TEMPLATE, "metadata": {"name": "steal"},
              "spec": {"steps": [{"copy": {"src": secret.name, "dest": "/tmp/secret"}}]}}
     plant = {**TEMPLATE, "spec": {"steps": [{"run": "echo planted > /opt/planted"}]}}
-    before = alice.get("/v1/templates").json(), alice.get("/v1/warmpools").json()
+    def resources(client: httpx.Client) -> tuple[object, object]:
+        """What apply and delete change; a pool's ready and starting counts move as it refills on its own."""
+        pools = [{key: pool[key] for key in ("name", "template", "replicas", "max_replicas")}
+                 for pool in client.get("/v1/warmpools").json()]
+        return client.get("/v1/templates").json(), pools
+
+    before = resources(alice)
     for documents in ([steal], [plant], [warm_pool(0)]):
         answer = bob.post("/v1/apply", json={"documents": documents, "context_dir": str(tmp_path)})
         error(answer, 403, "forbidden")
         assert "admin" in answer.json()["error"]["message"]
     error(bob.delete("/v1/warmpools/basic-pool"), 403, "forbidden")
     error(bob.delete("/v1/templates/basic"), 403, "forbidden")
-    assert (bob.get("/v1/templates").json(), bob.get("/v1/warmpools").json()) == before
+    assert resources(bob) == before
     mine = claim(bob)["id"]
     assert run(bob, mine, "test -e /opt/planted || test -e /tmp/secret || echo clean")["stdout"] == "clean\n"
     bob.delete(f"/v1/sandboxes/{mine}")
