@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import httpx
@@ -12,6 +13,8 @@ from rollbox.client.models import ErrorBody
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_TIMEOUT = 60.0
+URL_CACHE = 4096
+"""Parsed URLs kept, by path: a claim's calls reuse theirs (parsing one costs ~15 µs of CPU)."""
 RETRY_DELAYS = (0.1, 0.4, 1.6)
 """Seconds to wait before each retry of an idempotent call that hit a connection error or a 503."""
 
@@ -41,6 +44,7 @@ class Settings:
             self.headers["authorization"] = f"Bearer {token}"
         self.seconds = timeout
         self._timeouts = httpx.Timeout(timeout).as_dict()
+        self._url = functools.lru_cache(maxsize=URL_CACHE)(lambda path: httpx.URL(self.base_url + path))
 
     def limits(self, max_connections: int) -> httpx.Limits:
         """One pool of `max_connections` kept-alive connections, for both clients."""
@@ -52,7 +56,7 @@ class Settings:
         """A request to the router, built whole. An httpx client's own `request()` would parse the base URL
         and merge its headers, cookies and auth again on every call: about 0.1 ms of CPU for nothing the SDK
         uses. `wait` is the seconds the server may spend working beyond the client timeout (None: no limit)."""
-        return httpx.Request(method, self.base_url + path, params=params, content=content,
+        return httpx.Request(method, self._url(path), params=params, content=content,
                              headers=self.headers if headers is None else {**self.headers, **headers},
                              extensions={"timeout": self._timeouts if wait == 0 else self._timeout_for(wait)})
 
