@@ -378,6 +378,28 @@ async def test_a_warm_sandbox_that_dies_is_never_handed_out(node: LocalNode, eng
     await until(only_warm_ones_watched)
 
 
+async def test_a_claimed_sandbox_whose_container_stopped_shows_stopped_until_reset(node: LocalNode,
+                                                                                  engine: Engine) -> None:
+    """Killed on the host (as the OOM killer would kill it), a claimed sandbox says so in `get` and `list`,
+    its calls fail as not running, and a reset brings it back under the same claim."""
+    claim = await node.claim("alice", ClaimRequest(template="basic"))  # cold: no pool watched its start
+    assert (await node.get("alice", claim.id)).state == "running"
+    sandbox_id = node._claims[claim.id].sandbox_id
+    for pid in cgroup_value(engine, engine.get(sandbox_id), "pids", "cgroup.procs").split():
+        os.kill(int(pid), signal.SIGKILL)
+
+    async def shown_stopped() -> bool:
+        return (await node.get("alice", claim.id)).state == "stopped"
+    await until(shown_stopped)
+    assert {info.id: info.state for info in await node.claims("alice")}[claim.id] == "stopped"
+    with pytest.raises(SandboxNotRunning):
+        await run(node, "alice", claim.id, "true")
+    assert (await node.reset("alice", claim.id)).state == "running"
+    assert await run(node, "alice", claim.id, "echo back") == "back\n"
+    assert (await node.get("alice", claim.id)).state == "running"
+    await node.delete("alice", claim.id)
+
+
 async def test_no_sandbox_inherits_the_nodes_descriptors(node: LocalNode, engine: Engine) -> None:
     """The node holds a pidfd of every warm sandbox (enough to kill it): none may reach another sandbox."""
     await node.apply(pool(replicas=2), print)

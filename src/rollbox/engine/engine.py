@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import secrets
+import select
 import shutil
 import socket
 import threading
@@ -264,6 +265,20 @@ class Engine:
             return self.runtime(record.runtime).init_pidfd(record.container_id)
         except ProcessLookupError:
             raise SandboxNotRunning(f"sandbox {sandbox_id} has stopped: reset it or create a new one") from None
+
+    def stopped(self, sandbox_id: str) -> bool:
+        """Whether the sandbox's container has stopped, told by its init's pidfd: no round trip to the agent,
+        so a listing can ask it of every sandbox. False when the runtime cannot tell (see exit_fd)."""
+        try:
+            fd = self.exit_fd(sandbox_id)
+        except SandboxNotRunning:
+            return True
+        if fd is None:
+            return False
+        try:
+            return bool(select.select([fd], [], [], 0)[0])  # a pidfd turns readable once its process exits
+        finally:
+            os.close(fd)
 
     def _locked(self, sandbox_id: str) -> threading.RLock:
         with self._lock:

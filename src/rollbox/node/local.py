@@ -280,10 +280,24 @@ class LocalNode:
 
     async def claims(self, tenant: str) -> list[ClaimInfo]:
         owned = [claim for claim in list(self._claims.values()) if claim.tenant == tenant]
-        return [claim.info() for claim in sorted(owned, key=lambda c: c.created_at)]
+        owned.sort(key=lambda c: c.created_at)
+        # Each claim's state reads its runtime's state file: a long list is read off the event loop.
+        return await to_thread.run_sync(lambda: [self._shown(claim) for claim in owned])
 
     async def get(self, tenant: str, claim_id: str) -> ClaimInfo:
-        return self._get(tenant, claim_id).info()
+        return self._shown(self._get(tenant, claim_id))
+
+    def _shown(self, claim: Claim) -> ClaimInfo:
+        """The claim as `get` and `list` show it: "stopped" once its container has (killed on the host, out of
+        memory), until a reset. A claim with a call in flight may be restarting in place, so it shows running."""
+        info = claim.info()
+        if info.state == "running" and not claim.busy:
+            try:
+                if self.engine.stopped(claim.sandbox_id):
+                    info.state = "stopped"
+            except (SandboxNotFound, OSError):  # deleted meanwhile, or out of descriptors: nothing to tell
+                pass
+        return info
 
     def _get(self, tenant: str, claim_id: str) -> Claim:
         claim = self._claims.get(claim_id)

@@ -50,7 +50,8 @@ class ClaimInfo(BaseModel):
     template: str
     warmpool: str | None = None
     tenant: str
-    state: Literal["running", "paused"]
+    state: Literal["running", "paused", "stopped"]
+    """A stopped sandbox's container stopped (killed on the host, out of memory): calls fail until `reset`."""
     created_at: float
     expires_at: float | None = None
     idle_pause_after: float | None = None
