@@ -4,7 +4,10 @@ Run as root: `.venv/bin/python bench/server.py [--quick]`. Without ROLLBOX_URL i
 child process (its own interpreter and CPU time) on a throw-away data directory and removes everything it made;
 with ROLLBOX_URL (and ROLLBOX_TOKEN), as `rollbox bench` sets them, it measures that router instead. Either way
 it applies a template and a warm pool of its own, and also times the engine directly on a data directory of its
-own, so that the router's overhead shows as a difference.
+own, so that the router's overhead shows as a difference. First it times the raw client's claim request against
+bench/http_floor.py, a constant answer from a bare ASGI app on uvicorn on this machine: the floor of any Python
+HTTP answer at that moment, beside which the warm claims show the router's own share (this machine's speed
+varies from hour to hour).
 
 Every phase runs through two clients: the SDK's AsyncSandboxClient (httpx, the product path) and a raw
 HTTP/1.1 keep-alive client (sockets and hand-written requests, the floor of what a client costs). It prints a
@@ -32,6 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+import http_floor
 from engine import (
     PYTHON,
     Figures,
@@ -416,6 +420,29 @@ async def warm_claims(client: Client, control: Control, plan: Plan, server: int 
     return figures
 
 
+async def floor_claims(plan: Plan, progress: Progress) -> Figures:
+    """The raw client's claim request at 64 clients, answered by http_floor's constant app instead of the router."""
+    concurrency = CONCURRENCY[-1]
+    size = max(4 * plan.claims, concurrency) // concurrency * concurrency  # a constant answer is quick: more of them
+    with http_floor.serving() as (url, pid):
+        client = RawClient(url, None)
+        tally = Tally(pid)
+        task = progress.add_task(f"constant answers x {concurrency} concurrent, {client.label}", total=size)
+
+        async def step() -> None:
+            latency, _ = await timed(client.call("POST", "/v1/sandboxes", {"warmpool": NAME}, 200))
+            tally.latencies.append(latency)
+            progress.advance(task)
+
+        try:
+            await client.connect(concurrency)
+            with tally.timing():
+                await workers(concurrency, size // concurrency, step)
+        finally:
+            await client.close()
+    return {f"http_floor_c{concurrency}_raw": tally.figures()}
+
+
 async def round_trips(clients: list[Client], box: Sandbox, plan: Plan, server: int | None,
                       progress: Progress) -> Figures:
     """`true` one at a time straight into the engine (exec_async, as the server calls it) and through each
@@ -586,6 +613,7 @@ async def through_router(url: str, token: str | None, plan: Plan, server: int | 
     clients: list[Client] = [RawClient(url, token), SdkClient(url, token)]
     figures: Figures = {}
     try:
+        figures.update(await floor_claims(plan, progress))
         await control.apply(plan.pool)
         for phase in (warm_claims, python_fresh):
             for client in clients:
@@ -639,7 +667,9 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
               "python_isolated": f"python3 print(1) as isolated commands, {workers} clients, a sandbox each",
               "python_fresh": f"python3 print(1), a fresh sandbox each (claim, exec, delete), {workers} clients",
               "burst": f"burst of {plan.burst} claims, pool of {plan.burst}",
-              **{f"claim_c{c}": f"warm claim, {c} clients back to back" for c in CONCURRENCY}}
+              **{f"claim_c{c}": f"warm claim, {c} clients back to back" for c in CONCURRENCY},
+              f"http_floor_c{CONCURRENCY[-1]}": f"HTTP floor: a constant answer from a bare ASGI app on uvicorn, "
+                                                f"{CONCURRENCY[-1]} clients back to back"}
     if what in phases:
         return phases[what], {"raw": RawClient.label, "sdk": SdkClient.label}[client]
     return name.replace("_", " "), ""

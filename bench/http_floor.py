@@ -1,0 +1,77 @@
+"""The HTTP floor: a bare ASGI app that answers every request with one constant claim-sized JSON, served by uvicorn
+with the router's options. bench/server.py times it beside the warm claims, with the same client, so that a run
+shows what any Python server on this machine costs per answer right then (its speed varies from hour to hour).
+
+Run as `python bench/http_floor.py FD`: it serves on the listening socket FD until terminated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from rollbox.server.serve import UVICORN_OPTIONS
+
+ANSWER = (b'{"id":"0123456789abcdef","template":"rollbox-bench","warmpool":"rollbox-bench","tenant":"default",'
+          b'"state":"running","created_at":1795417794.26,"expires_at":null,"idle_pause_after":null,'
+          b'"snapshot":null,"parent":null,"labels":{}}')
+"""As long as a warm claim's answer."""
+HEAD = {"type": "http.response.start", "status": 200,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(ANSWER)).encode())]}
+BODY = {"type": "http.response.body", "body": ANSWER}
+START_TIMEOUT = 30.0
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send(HEAD)
+    await send(BODY)
+
+
+@contextlib.contextmanager
+def serving() -> Iterator[tuple[str, int]]:
+    """The floor in a child process (its own interpreter and CPU time) on a loopback port: (URL, pid)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1024)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        process = subprocess.Popen([sys.executable, __file__, str(listener.fileno())], pass_fds=[listener.fileno()])
+        try:
+            _wait_for(url, process)
+            yield url, process.pid
+        finally:
+            process.terminate()
+            process.wait()
+
+
+def _wait_for(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        with contextlib.suppress(httpx.TransportError):
+            httpx.get(url)
+            return
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{Path(__file__).name} did not start serving")
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    # socket(fileno=) learns the family (uvicorn's own `fd=` takes any descriptor for a unix socket, and would
+    # serve TCP without TCP_NODELAY).
+    listening = socket.socket(fileno=int(sys.argv[1]))
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", **UVICORN_OPTIONS)).run(sockets=[listening])
