@@ -11,7 +11,6 @@ import contextlib
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,28 +45,20 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 @contextlib.contextmanager
 def serving() -> Iterator[tuple[str, int]]:
     """The floor in a child process (its own interpreter and CPU time) on a loopback port: (URL, pid)."""
-    with socket.socket() as listener:
+    with socket.socket() as listener:  # bound and listening before the child starts: nothing to poll for
         listener.bind(("127.0.0.1", 0))
         listener.listen(1024)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         process = subprocess.Popen([sys.executable, __file__, str(listener.fileno())], pass_fds=[listener.fileno()])
-        try:
-            _wait_for(url, process)
-            yield url, process.pid
-        finally:
-            process.terminate()
-            process.wait()
-
-
-def _wait_for(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        with contextlib.suppress(httpx.TransportError):
-            httpx.get(url)
-            return
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{Path(__file__).name} did not start serving")
-        time.sleep(0.05)
+    try:
+        try:  # waits in the backlog until the child serves it; refused at once if the child died
+            httpx.get(url, timeout=START_TIMEOUT)
+        except httpx.TransportError as error:
+            raise RuntimeError(f"{Path(__file__).name} did not start serving: {error}") from None
+        yield url, process.pid
+    finally:
+        process.terminate()
+        process.wait()
 
 
 if __name__ == "__main__":
