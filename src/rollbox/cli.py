@@ -66,13 +66,17 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(metavar="COMMAND", required=True)
     remote = argparse.ArgumentParser(add_help=False)
     remote.add_argument("--url", default=os.environ.get("ROLLBOX_URL", DEFAULT_URL),
-                        help="the router's address (env ROLLBOX_URL; default %(default)s)")
+                        help="the router's address, http://HOST:PORT or unix:///PATH "
+                             "(env ROLLBOX_URL; default %(default)s)")
     remote.add_argument("--token", default=os.environ.get("ROLLBOX_TOKEN"), help="bearer token (env ROLLBOX_TOKEN)")
 
     serve = commands.add_parser("serve", help="run the router and this machine's node")
     serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="templates, layers and state (%(default)s)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (%(default)s)")
+    serve.add_argument("--socket", type=Path, metavar="PATH",
+                       help="listen on this unix socket (mode 0600: your user only) instead of --host and --port; "
+                            "clients use --url unix://PATH")
     serve.add_argument("--token", action="append", default=[], metavar="TENANT=TOKEN",
                        help="accept TOKEN as TENANT (repeatable); with none the server is open, on loopback only")
     serve.add_argument("--tokens-file", type=Path, metavar="FILE",
@@ -150,7 +154,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     limits = {} if args.max_sandboxes is None else {"max_sandboxes": args.max_sandboxes}
     tokens = {**_pairs(args.token, "TENANT=TOKEN"), **_tokens_file(args.tokens_file)}
-    serve(data_dir=args.data_dir, host=args.host, port=args.port, tokens=tokens, admins=args.admin, **limits)
+    serve(data_dir=args.data_dir, host=args.host, port=args.port, socket=args.socket, tokens=tokens,
+          admins=args.admin, **limits)
 
 
 def _tokens_file(path: Path | None) -> dict[str, str]:

@@ -12,6 +12,8 @@ from rollbox import __version__, errors
 from rollbox.client.models import ErrorBody
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+UNIX = "unix://"
+"""A router on a unix socket: `unix:///path/to/router.sock` (the embedded server's own, see rl.local)."""
 DEFAULT_TIMEOUT = 60.0
 URL_CACHE = 4096
 """Parsed URLs kept, by path: a claim's calls reuse theirs (parsing one costs ~15 µs of CPU)."""
@@ -38,13 +40,15 @@ class Settings:
 
     def __init__(self, base_url: str | None, token: str | None, timeout: float) -> None:
         self.base_url = (base_url or os.environ.get("ROLLBOX_URL") or DEFAULT_URL).rstrip("/")
+        self.origin, self.socket = _address(self.base_url)
+        """Where requests are addressed, and the unix socket they go through (None: TCP to the origin)."""
         token = token if token is not None else os.environ.get("ROLLBOX_TOKEN")
         self.headers = {"user-agent": f"rollbox-client/{__version__}"}
         if token:
             self.headers["authorization"] = f"Bearer {token}"
         self.seconds = timeout
         self._timeouts = httpx.Timeout(timeout).as_dict()
-        self._url = functools.lru_cache(maxsize=URL_CACHE)(lambda path: httpx.URL(self.base_url + path))
+        self._url = functools.lru_cache(maxsize=URL_CACHE)(lambda path: httpx.URL(self.origin + path))
 
     def limits(self, max_connections: int) -> httpx.Limits:
         """One pool of `max_connections` kept-alive connections, for both clients."""
@@ -62,6 +66,15 @@ class Settings:
 
     def _timeout_for(self, wait: float | None) -> dict[str, float | None]:
         return httpx.Timeout(self.seconds, read=None if wait is None else self.seconds + wait).as_dict()
+
+
+def _address(url: str) -> tuple[str, str | None]:
+    if not url.startswith(UNIX):
+        return url, None
+    socket = url.removeprefix(UNIX)
+    if not socket.startswith("/"):
+        raise errors.InvalidRequest(f"{url}: give the socket's absolute path, as in unix:///run/rollbox/router.sock")
+    return "http://localhost", socket
 
 
 def raise_for_error(response: httpx.Response) -> httpx.Response:

@@ -212,19 +212,21 @@ async def _within(step: Awaitable[object], timeout: float | None, expired: type[
 
 
 class PoolTransport(httpx.AsyncBaseTransport):
-    """Up to `limits.max_connections` keep-alive HTTP/1.1 connections to the origin of `base_url`.
+    """Up to `limits.max_connections` keep-alive HTTP/1.1 connections to the origin of `base_url` (through the unix
+    `socket` when given).
 
     A request takes the most recently freed idle connection that is still open, or opens one while fewer than
     the limit are open; otherwise it waits its turn (first come, first served) up to the pool timeout. The
     connection comes back to the pool when the response body is closed, so streamed bodies hold it while read.
     """
 
-    def __init__(self, base_url: str, limits: httpx.Limits) -> None:
+    def __init__(self, base_url: str, limits: httpx.Limits, *, socket: str | None = None) -> None:
         url = httpx.URL(base_url)
         if url.scheme not in ("http", "https"):
             raise ValueError(f"{base_url}: the rollbox client speaks http or https")
         self._host = url.host
         self._port = url.port or (443 if url.scheme == "https" else 80)
+        self._socket = socket
         self._ssl: ssl.SSLContext | None = httpx.create_ssl_context() if url.scheme == "https" else None
         self._keepalive_expiry = limits.keepalive_expiry
         self._slots = asyncio.Semaphore(sys.maxsize if limits.max_connections is None else limits.max_connections)
@@ -273,9 +275,13 @@ class PoolTransport(httpx.AsyncBaseTransport):
     async def _connect(self, timeout: float | None) -> _Connection:
         connection = _Connection()
         loop = asyncio.get_running_loop()
+        if self._socket is None:
+            connecting = loop.create_connection(lambda: connection, self._host, self._port, ssl=self._ssl)
+            address = f"{self._host}:{self._port}"
+        else:
+            connecting, address = loop.create_unix_connection(lambda: connection, self._socket), self._socket
         try:
-            await _within(loop.create_connection(lambda: connection, self._host, self._port, ssl=self._ssl), timeout,
-                          httpx.ConnectTimeout, f"could not connect to {self._host}:{self._port}")
+            await _within(connecting, timeout, httpx.ConnectTimeout, f"could not connect to {address}")
         except OSError as error:
             raise httpx.ConnectError(str(error) or type(error).__name__) from error
         self.connections_opened += 1

@@ -27,7 +27,8 @@ class AsyncSandboxClient:
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  max_connections: int = 256) -> None:
         self._settings = Settings(base_url, token, timeout)
-        self._transport = PoolTransport(self._settings.base_url, self._settings.limits(max_connections))
+        self._transport = PoolTransport(self._settings.origin, self._settings.limits(max_connections),
+                                        socket=self._settings.socket)
 
     @property
     def base_url(self) -> str:

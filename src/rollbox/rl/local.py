@@ -1,15 +1,21 @@
-"""The embedded default for the main job, benchmarks and tests: `rollbox serve` on a free loopback port,
-in a child process (its own interpreter, so the server never competes with the trainer for the GIL),
-reached through the SDK like any remote router."""
+"""The embedded default for the main job, benchmarks and tests: `rollbox serve` in a child process (its own
+interpreter, so the server never competes with the trainer for the GIL), reached through the SDK like any
+remote router.
+
+It listens on a unix socket in a directory of its own (mode 0700), not on a loopback port. The server is
+open (no tokens) and runs as root: on a loopback port any local user could drive it, run commands in its
+sandboxes and, through a template's `copy` step, read the host's files. The socket also costs less per
+call than TCP."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,26 +40,23 @@ class LocalServer:
         self.max_sandboxes = max_sandboxes
         self.url = ""
         self._process: subprocess.Popen[bytes] | None = None
+        self._run_dir: Path | None = None
 
     def start(self) -> LocalServer:
-        port = _free_port()
-        options = {"data_dir": str(self.data_dir), "port": port, "max_sandboxes": self.max_sandboxes}
+        self._run_dir = Path(tempfile.mkdtemp(prefix="rollbox-"))  # 0700, and short enough for a socket's path
+        socket_path = self._run_dir / "router.sock"
+        options = {"data_dir": str(self.data_dir), "socket": str(socket_path), "max_sandboxes": self.max_sandboxes}
         self._process = subprocess.Popen([sys.executable, "-c", _SERVE, json.dumps(options)],
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"unix://{socket_path}"
         deadline = time.monotonic() + START_TIMEOUT
-        while not self._healthy():
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise RollboxError(f"the embedded server on {self.url} did not start; see its output above")
-            time.sleep(0.05)
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket_path)), trust_env=False) as http:
+            while not _healthy(http):
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.close()
+                    raise RollboxError(f"the embedded server on {self.url} did not start; see its output above")
+                time.sleep(0.05)
         return self
-
-    def _healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200
-        except httpx.TransportError:
-            return False
 
     def close(self) -> None:
         """Stops the server, then deletes every sandbox and snapshot on its data (templates stay cached)."""
@@ -64,6 +67,8 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
         with Engine(self.data_dir) as engine:
             engine.destroy_all()
 
@@ -74,10 +79,11 @@ class LocalServer:
         self.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def _healthy(http: httpx.Client) -> bool:
+    try:
+        return http.get("http://localhost/healthz", timeout=1.0).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 class ThreadServer:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import os
 import signal
+import socket as sockets
+import stat
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -11,7 +15,7 @@ from pathlib import Path
 import uvicorn
 
 from rollbox.engine import DEFAULT_DATA_DIR, Engine
-from rollbox.errors import InvalidRequest
+from rollbox.errors import Conflict, InvalidRequest
 from rollbox.node import LocalNode
 from rollbox.server.app import DEFAULT_MAX_BODY, create_app
 from rollbox.server.auth import Tenants
@@ -24,13 +28,20 @@ UVICORN_OPTIONS = {"access_log": False, "timeout_keep_alive": KEEP_ALIVE, "proxy
 server header: a few microseconds of every request's share of the one event loop."""
 
 
+MAX_SOCKET_PATH = 107
+"""Bytes a unix socket's path may have (sun_path holds 108 with its terminating NUL)."""
+
+
 def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port: int = 8080,
-          tokens: dict[str, str] | None = None, max_sandboxes: int = 64, *, admins: Iterable[str] = (),
-          tenant_quota: int | None = None, max_body: int = DEFAULT_MAX_BODY, log_level: str = "warning") -> None:
+          tokens: dict[str, str] | None = None, max_sandboxes: int = 64, *, socket: str | Path | None = None,
+          admins: Iterable[str] = (), tenant_quota: int | None = None, max_body: int = DEFAULT_MAX_BODY,
+          log_level: str = "warning") -> None:
     """Serves the HTTP API until interrupted (SIGINT/SIGTERM); sandboxes and claims outlive it.
 
-    `admins` names the tenants whose tokens may change templates and warm pools (open: everyone)."""
-    if not tokens and not _loopback(host):
+    `socket` serves on that unix socket instead of `host` and `port`: only its owner may connect, and it costs
+    less per call than loopback TCP. `admins` names the tenants whose tokens may change templates and warm pools
+    (open: everyone)."""
+    if not tokens and socket is None and not _loopback(host):
         raise InvalidRequest(f"refusing to listen on {host} without tokens: anyone could run commands. "
                              "Give tokens (--token TENANT=TOKEN) or listen on 127.0.0.1")
     admins = tuple(admins)
@@ -39,16 +50,52 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
     # the engine below still close (the default action would kill the process first).
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit)
+    socket_path = Path(socket) if socket is not None else None
     engine = Engine(data_dir)
+    listener = None
     try:
+        listener = listen_unix(socket_path) if socket_path is not None else None
         node = LocalNode(engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota)
         try:
             app = create_app(node, tokens, admins=admins, max_body=max_body)
-            uvicorn.run(app, host=host, port=port, log_level=log_level, **UVICORN_OPTIONS)
+            if listener is None:
+                uvicorn.run(app, host=host, port=port, log_level=log_level, **UVICORN_OPTIONS)
+            else:
+                uvicorn.Server(uvicorn.Config(app, log_level=log_level, **UVICORN_OPTIONS)).run(sockets=[listener])
         finally:
             node.close()
     finally:
         engine.close()
+        if listener is not None and socket_path is not None:  # only a socket this server made goes
+            listener.close()
+            socket_path.unlink(missing_ok=True)
+
+
+def listen_unix(path: Path) -> sockets.socket:
+    """A listening unix socket at `path` that only this process's user may connect to (mode 0600).
+
+    A socket file left by a server that was killed is replaced; one a live server listens on is not."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise InvalidRequest(f"{path}: a unix socket's path has at most {MAX_SOCKET_PATH} bytes: choose a shorter one")
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise InvalidRequest(f"{path} exists and is not a socket: choose another path")
+        with sockets.socket(sockets.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+            except ConnectionRefusedError:
+                path.unlink()  # nobody listens: left by a server that was killed
+            else:
+                raise Conflict(f"a server already listens on {path}: stop it first, or choose another path")
+    listener = sockets.socket(sockets.AF_UNIX)
+    try:
+        listener.bind(str(path))
+        os.chmod(path, 0o600)  # before listen(): until then nobody can connect, so no one slips in meanwhile
+        listener.listen(2048)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 def _exit(*_: object) -> None:
