@@ -11,6 +11,7 @@ import contextlib
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,22 +44,26 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 @contextlib.contextmanager
-def serving() -> Iterator[tuple[str, int]]:
-    """The floor in a child process (its own interpreter and CPU time) on a loopback port: (URL, pid)."""
-    with socket.socket() as listener:  # bound and listening before the child starts: nothing to poll for
-        listener.bind(("127.0.0.1", 0))
+def serving(unix: bool = False) -> Iterator[tuple[str, int]]:
+    """The floor in a child process (its own interpreter and CPU time) on a loopback port, or on a unix socket as
+    the embedded router listens: (URL, pid)."""
+    with tempfile.TemporaryDirectory(prefix="rollbox-floor-") as run_dir, \
+            socket.socket(socket.AF_UNIX if unix else socket.AF_INET) as listener:
+        # bound and listening before the child starts: nothing to poll for
+        listener.bind(f"{run_dir}/floor.sock" if unix else ("127.0.0.1", 0))
         listener.listen(1024)
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        url = f"unix://{run_dir}/floor.sock" if unix else f"http://127.0.0.1:{listener.getsockname()[1]}"
         process = subprocess.Popen([sys.executable, __file__, str(listener.fileno())], pass_fds=[listener.fileno()])
-    try:
-        try:  # waits in the backlog until the child serves it; refused at once if the child died
-            httpx.get(url, timeout=START_TIMEOUT)
-        except httpx.TransportError as error:
-            raise RuntimeError(f"{Path(__file__).name} did not start serving: {error}") from None
-        yield url, process.pid
-    finally:
-        process.terminate()
-        process.wait()
+        try:
+            with httpx.Client(transport=httpx.HTTPTransport(uds=f"{run_dir}/floor.sock" if unix else None)) as http:
+                try:  # waits in the backlog until the child serves it; refused at once if the child died
+                    http.get("http://localhost/" if unix else url, timeout=START_TIMEOUT)
+                except httpx.TransportError as error:
+                    raise RuntimeError(f"{Path(__file__).name} did not start serving: {error}") from None
+            yield url, process.pid
+        finally:
+            process.terminate()
+            process.wait()
 
 
 if __name__ == "__main__":

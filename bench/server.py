@@ -1,12 +1,13 @@
 """Server benchmark: warm claims, exec and isolated python3 through the HTTP router, beside the engine's own figures.
 
 Run as root: `.venv/bin/python bench/server.py [--quick]`. Without ROLLBOX_URL it starts `rollbox serve` in a
-child process (its own interpreter and CPU time) on a throw-away data directory and removes everything it made;
-with ROLLBOX_URL (and ROLLBOX_TOKEN), as `rollbox bench` sets them, it measures that router instead. Either way
-it applies a template and a warm pool of its own, and also times the engine directly on a data directory of its
-own, so that the router's overhead shows as a difference. First it times the raw client's claim request against
-bench/http_floor.py, a constant answer from a bare ASGI app on uvicorn on this machine: the floor of any Python
-HTTP answer at that moment, beside which the warm claims show the router's own share (this machine's speed
+child process (its own interpreter and CPU time), on a unix socket as the embedded default does, with a
+throw-away data directory, and removes everything it made; with ROLLBOX_URL (and ROLLBOX_TOKEN), as
+`rollbox bench` sets them, it measures that router instead. Either way it applies a template and a warm pool of
+its own, and also times the engine directly on a data directory of its own, so that the router's overhead shows
+as a difference. First it times the raw client's claim request against bench/http_floor.py, a constant answer
+from a bare ASGI app on uvicorn, over loopback TCP and over a unix socket: the floor of any Python HTTP answer on
+this machine at that moment, beside which the warm claims show the router's own share (this machine's speed
 varies from hour to hour).
 
 Every phase runs through two clients: the SDK's AsyncSandboxClient (httpx, the product path) and a raw
@@ -50,6 +51,7 @@ from engine import (
 from engine import QUICK as ENGINE_QUICK
 from engine import TEMPLATE as ENGINE_TEMPLATE
 from rollbox.client import AsyncSandboxClient
+from rollbox.client._http import UNIX
 from rollbox.engine import Engine, Sandbox
 from rollbox.errors import RollboxError
 from rollbox.rl.local import LocalServer
@@ -195,7 +197,8 @@ class RawClient:
     label = "raw HTTP/1.1 keep-alive"
 
     def __init__(self, url: str, token: str | None) -> None:
-        parts = urlsplit(url)
+        self.socket = url.removeprefix(UNIX) if url.startswith(UNIX) else None
+        parts = urlsplit("http://localhost" if self.socket else url)
         if parts.scheme != "http" or parts.hostname is None:
             raise RuntimeError(f"{url}: the raw client speaks plain http only")
         self.host, self.port = parts.hostname, parts.port or 80
@@ -226,6 +229,8 @@ class RawClient:
             if not connection.reader.at_eof():
                 return connection
             connection.close()
+        if self.socket is not None:
+            return RawConnection(*await asyncio.open_unix_connection(self.socket))
         return RawConnection(*await asyncio.open_connection(self.host, self.port))
 
     async def claim(self, pool: str) -> Any:
@@ -420,11 +425,12 @@ async def warm_claims(client: Client, control: Control, plan: Plan, server: int 
     return figures
 
 
-async def floor_claims(plan: Plan, progress: Progress) -> Figures:
-    """The raw client's claim request at 64 clients, answered by http_floor's constant app instead of the router."""
+async def floor_claims(plan: Plan, progress: Progress, unix: bool) -> Figures:
+    """The raw client's claim request at 64 clients, answered by http_floor's constant app instead of the router,
+    on a loopback port or a unix socket."""
     concurrency = CONCURRENCY[-1]
     size = max(4 * plan.claims, concurrency) // concurrency * concurrency  # a constant answer is quick: more of them
-    with http_floor.serving() as (url, pid):
+    with http_floor.serving(unix) as (url, pid):
         client = RawClient(url, None)
         tally = Tally(pid)
         task = progress.add_task(f"constant answers x {concurrency} concurrent, {client.label}", total=size)
@@ -440,7 +446,7 @@ async def floor_claims(plan: Plan, progress: Progress) -> Figures:
                 await workers(concurrency, size // concurrency, step)
         finally:
             await client.close()
-    return {f"http_floor_c{concurrency}_raw": tally.figures()}
+    return {f"http_floor{'_unix' if unix else ''}_c{concurrency}_raw": tally.figures()}
 
 
 async def round_trips(clients: list[Client], box: Sandbox, plan: Plan, server: int | None,
@@ -613,7 +619,8 @@ async def through_router(url: str, token: str | None, plan: Plan, server: int | 
     clients: list[Client] = [RawClient(url, token), SdkClient(url, token)]
     figures: Figures = {}
     try:
-        figures.update(await floor_claims(plan, progress))
+        for unix in (False, True):
+            figures.update(await floor_claims(plan, progress, unix))
         await control.apply(plan.pool)
         for phase in (warm_claims, python_fresh):
             for client in clients:
@@ -638,7 +645,7 @@ def measure(plan: Plan) -> Figures:
             throwaway_engine() as engine:
         figures.update(engine_direct(engine, plan, progress))
         with engine.create(ENGINE_TEMPLATE) as box, router(plan) as (url, token, server):
-            figures["machine"]["server"] = url if server is None else "embedded"
+            figures["machine"]["server"] = url if server is None else f"embedded, {urlsplit(url).scheme}"
             figures.update(asyncio.run(through_router(url, token, plan, server, box, progress)))
     figures["router_exec_overhead_ms"] = round(
         figures["exec_true_raw"]["p50"] - figures["engine_exec_async_true_ms"]["p50"], 3)
@@ -669,7 +676,8 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
               "burst": f"burst of {plan.burst} claims, pool of {plan.burst}",
               **{f"claim_c{c}": f"warm claim, {c} clients back to back" for c in CONCURRENCY},
               f"http_floor_c{CONCURRENCY[-1]}": f"HTTP floor: a constant answer from a bare ASGI app on uvicorn, "
-                                                f"{CONCURRENCY[-1]} clients back to back"}
+                                                f"{CONCURRENCY[-1]} clients back to back, loopback TCP",
+              f"http_floor_unix_c{CONCURRENCY[-1]}": "HTTP floor as above, on a unix socket"}
     if what in phases:
         return phases[what], {"raw": RawClient.label, "sdk": SdkClient.label}[client]
     return name.replace("_", " "), ""

@@ -1,0 +1,105 @@
+"""The router on a unix socket: the embedded server's only door, closed to every other local user."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rollbox import errors
+from rollbox.client import AsyncSandboxClient, SandboxClient
+from rollbox.engine import Engine
+from rollbox.rl.local import LocalServer
+from rollbox.server.serve import MAX_SOCKET_PATH, listen_unix
+from tests.conftest import BASIC, teardown_engine
+
+NOBODY = 65534
+TEMPLATE = {"apiVersion": "rollbox.dev/v1alpha1", "kind": "SandboxTemplate", **BASIC}
+
+
+def connect_as(uid: int, path: str) -> int:
+    """Connects to `path` from a child process running as `uid`: 0, or the errno it got."""
+    child = os.fork()
+    if child == 0:  # only syscalls from here on, then _exit
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.socket(socket.AF_UNIX) as attacker:
+                attacker.connect(path)
+            os._exit(0)
+        except OSError as error:
+            os._exit(error.errno or 255)
+        finally:
+            os._exit(255)
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_path: Path) -> None:
+    """An open server run by root on a loopback port would let any local user run commands in its sandboxes
+    and read the host's files through a template's `copy`: the embedded one takes a 0600 socket in a 0700
+    directory instead, and both clients reach it there."""
+    server = LocalServer(tmp_path / "data")
+    try:
+        server.start()
+        assert server.url.startswith("unix:///")
+        path = server.url.removeprefix("unix://")
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+
+        assert connect_as(NOBODY, path) == errno.EACCES
+        assert connect_as(os.getuid(), path) == 0  # the same child, as the server's own user, gets in
+
+        with SandboxClient(server.url) as client:
+            client.apply(yaml.safe_dump(TEMPLATE))
+            with client.create_sandbox(template="basic") as sandbox:
+                assert sandbox.commands.run("echo over the socket").stdout == "over the socket\n"
+
+        async def claim_async() -> str:
+            async with AsyncSandboxClient(server.url) as client, client.create_sandbox(template="basic") as sandbox:
+                return (await sandbox.commands.run(["cat", "/etc/hostname"])).stdout
+
+        assert asyncio.run(claim_async()).strip()
+    finally:
+        server.close()
+        teardown_engine(Engine(tmp_path / "data"))
+    assert not os.path.exists(os.path.dirname(path)), "closing the server removes its socket's directory"
+
+
+def test_a_socket_left_by_a_killed_server_is_replaced_and_a_live_one_is_not(tmp_path: Path) -> None:
+    path = tmp_path / "router.sock"
+    with socket.socket(socket.AF_UNIX) as killed:  # bound, never closed by a server: nobody listens
+        killed.bind(str(path))
+    listener = listen_unix(path)
+    try:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        with pytest.raises(errors.Conflict, match="already listens"):
+            listen_unix(path)
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(path))  # the live one kept its socket
+    finally:
+        listener.close()
+
+
+def test_a_socket_path_that_cannot_work_is_refused_with_the_reason(tmp_path: Path) -> None:
+    regular = tmp_path / "notes.txt"
+    regular.write_text("keep me")
+    with pytest.raises(errors.InvalidRequest, match="not a socket"):
+        listen_unix(regular)
+    assert regular.read_text() == "keep me"
+    with pytest.raises(errors.InvalidRequest, match=f"at most {MAX_SOCKET_PATH} bytes"):
+        listen_unix(tmp_path / ("x" * 120) / "router.sock")
+
+
+def test_a_unix_url_needs_an_absolute_path() -> None:
+    with pytest.raises(errors.InvalidRequest, match="absolute path"):
+        SandboxClient("unix://router.sock")
+    with pytest.raises(errors.InvalidRequest, match="absolute path"):
+        AsyncSandboxClient("unix://run/router.sock")
