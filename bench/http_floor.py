@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from rollbox.client._http import Settings
 from rollbox.server.serve import UVICORN_OPTIONS
 
 ANSWER = (b'{"id":"0123456789abcdef","template":"rollbox-bench","warmpool":"rollbox-bench","tenant":"default",'
@@ -47,17 +48,19 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 def serving(unix: bool = False) -> Iterator[tuple[str, int]]:
     """The floor in a child process (its own interpreter and CPU time) on a loopback port, or on a unix socket as
     the embedded router listens: (URL, pid)."""
-    with tempfile.TemporaryDirectory(prefix="rollbox-floor-") as run_dir, \
-            socket.socket(socket.AF_UNIX if unix else socket.AF_INET) as listener:
-        # bound and listening before the child starts: nothing to poll for
-        listener.bind(f"{run_dir}/floor.sock" if unix else ("127.0.0.1", 0))
-        listener.listen(1024)
-        url = f"unix://{run_dir}/floor.sock" if unix else f"http://127.0.0.1:{listener.getsockname()[1]}"
-        process = subprocess.Popen([sys.executable, __file__, str(listener.fileno())], pass_fds=[listener.fileno()])
+    with tempfile.TemporaryDirectory(prefix="rollbox-floor-") as run_dir:
+        with socket.socket(socket.AF_UNIX if unix else socket.AF_INET) as listener:
+            # bound and listening before the child starts: nothing to poll for
+            listener.bind(f"{run_dir}/floor.sock" if unix else ("127.0.0.1", 0))
+            listener.listen(1024)
+            url = f"unix://{run_dir}/floor.sock" if unix else f"http://127.0.0.1:{listener.getsockname()[1]}"
+            process = subprocess.Popen([sys.executable, __file__, str(listener.fileno())],
+                                       pass_fds=[listener.fileno()])
         try:
-            with httpx.Client(transport=httpx.HTTPTransport(uds=f"{run_dir}/floor.sock" if unix else None)) as http:
+            settings = Settings(url, None, START_TIMEOUT)
+            with settings.http_client(1) as http:
                 try:  # waits in the backlog until the child serves it; refused at once if the child died
-                    http.get("http://localhost/" if unix else url, timeout=START_TIMEOUT)
+                    http.send(settings.request("GET", "/"))
                 except httpx.TransportError as error:
                     raise RuntimeError(f"{Path(__file__).name} did not start serving: {error}") from None
             yield url, process.pid

@@ -51,7 +51,7 @@ from engine import (
 from engine import QUICK as ENGINE_QUICK
 from engine import TEMPLATE as ENGINE_TEMPLATE
 from rollbox.client import AsyncSandboxClient
-from rollbox.client._http import UNIX
+from rollbox.client._http import DEFAULT_TIMEOUT, Settings
 from rollbox.engine import Engine, Sandbox
 from rollbox.errors import RollboxError
 from rollbox.rl.local import LocalServer
@@ -197,8 +197,9 @@ class RawClient:
     label = "raw HTTP/1.1 keep-alive"
 
     def __init__(self, url: str, token: str | None) -> None:
-        self.socket = url.removeprefix(UNIX) if url.startswith(UNIX) else None
-        parts = urlsplit("http://localhost" if self.socket else url)
+        settings = Settings(url, token, DEFAULT_TIMEOUT)
+        self.socket = settings.socket
+        parts = urlsplit(settings.origin)
         if parts.scheme != "http" or parts.hostname is None:
             raise RuntimeError(f"{url}: the raw client speaks plain http only")
         self.host, self.port = parts.hostname, parts.port or 80

@@ -50,13 +50,15 @@ def test_quick_server_benchmark_prints_every_figure_as_json() -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["mode"] == "quick"
-    assert figures["machine"]["server"] == "embedded"
+    assert figures["machine"]["server"] == "embedded, unix"
     assert {"cores", "load_before", "load_after"} <= figures["machine"].keys()
     for name in MEASUREMENTS:
         measured = figures[name]
         assert {"p50", "p99", "n", "per_s", "server_cpu_ms", "client_cpu_ms", "cold"} <= measured.keys(), name
         assert 0 < measured["p50"] <= measured["p99"], name
         assert measured["server_cpu_ms"] > 0 and measured["client_cpu_ms"] > 0, name
+    for floor in ("http_floor_c64_raw", "http_floor_unix_c64_raw"):
+        assert 0 < figures[floor]["p50"] <= figures[floor]["p99"], floor
     for client in ("raw", "sdk"):
         assert {"requested", "failed", "wall_s"} <= figures[f"burst_{client}"].keys()
     for name in ("engine_exec_true_ms", "engine_exec_async_true_ms", "engine_create_ms", "engine_delete_ms",

@@ -54,6 +54,12 @@ class Settings:
         """One pool of `max_connections` kept-alive connections, for both clients."""
         return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
 
+    def http_client(self, max_connections: int) -> httpx.Client:
+        """A blocking httpx client to the router, through its socket when it has one (the sync SDK's own)."""
+        transport = httpx.HTTPTransport(uds=self.socket, limits=self.limits(max_connections))
+        # no proxies from the environment on a socket: they must not take requests meant for it
+        return httpx.Client(transport=transport, trust_env=self.socket is None)
+
     def request(self, method: str, path: str, *, params: dict[str, str] | None = None,
                 content: str | bytes | None = None, headers: dict[str, str] | None = None,
                 wait: float | None = 0.0) -> httpx.Request:

@@ -25,10 +25,7 @@ class SandboxClient:
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  max_connections: int = 256) -> None:
         self._settings = Settings(base_url, token, timeout)
-        socket = self._settings.socket
-        transport = httpx.HTTPTransport(uds=socket, limits=self._settings.limits(max_connections))
-        # no proxies from the environment on a socket: they must not take requests meant for it
-        self._http = httpx.Client(transport=transport, trust_env=socket is None)
+        self._http = self._settings.http_client(max_connections)
 
     @property
     def base_url(self) -> str:

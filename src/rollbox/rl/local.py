@@ -24,11 +24,13 @@ from typing import Any
 import httpx
 import uvicorn
 
+from rollbox.client._http import Settings
 from rollbox.engine import Engine
 from rollbox.errors import RollboxError
 
 _SERVE = "import json, sys; from rollbox.server import serve; serve(**json.loads(sys.argv[1]))"
 START_TIMEOUT = 60.0
+HEALTH_TIMEOUT = 1.0
 STOP_TIMEOUT = 30.0
 
 
@@ -50,8 +52,9 @@ class LocalServer:
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.url = f"unix://{socket_path}"
         deadline = time.monotonic() + START_TIMEOUT
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket_path)), trust_env=False) as http:
-            while not _healthy(http):
+        settings = Settings(self.url, None, HEALTH_TIMEOUT)
+        with settings.http_client(1) as http:
+            while not _healthy(http, settings):
                 if self._process.poll() is not None or time.monotonic() > deadline:
                     self.close()
                     raise RollboxError(f"the embedded server on {self.url} did not start; see its output above")
@@ -79,9 +82,9 @@ class LocalServer:
         self.close()
 
 
-def _healthy(http: httpx.Client) -> bool:
+def _healthy(http: httpx.Client, settings: Settings) -> bool:
     try:
-        return http.get("http://localhost/healthz", timeout=1.0).status_code == 200
+        return http.send(settings.request("GET", "/healthz")).status_code == 200
     except httpx.TransportError:
         return False
 
