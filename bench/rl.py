@@ -30,8 +30,9 @@ from rich.table import Table
 from rollbox.client import AsyncSandboxClient
 from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.fusion import fusion_app
-from rollbox.rl.local import LocalServer, ThreadServer
+from rollbox.rl.local import LocalServer
 from rollbox.rl.tasks import load_tasks
+from rollbox.server.threaded import ThreadServer
 from server import TICKS, cpu_seconds, server_pid
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -93,7 +94,9 @@ async def episodes(url: str, quick: bool, concurrency: int) -> dict[str, Any]:
 async def run_code(url: str, quick: bool, concurrency: int, isolation: str) -> dict[str, Any]:
     async with AsyncSandboxClient(url) as client:
         await client.apply(FUSION_POOL)
-        with ThreadServer(fusion_app(client, warmpool="fusion-bench", isolation=isolation)) as gateway:  # type: ignore[arg-type]
+        # on a loopback port, as SandboxFusion's clients reach it
+        with ThreadServer(fusion_app(client, warmpool="fusion-bench", isolation=isolation),  # type: ignore[arg-type]
+                          tcp=True) as gateway:
             async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
                 gate = asyncio.Semaphore(concurrency)
                 latencies: list[float] = []

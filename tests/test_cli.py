@@ -6,10 +6,11 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -150,28 +151,62 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def serving_until_terminated(args: list[str], url: str, while_up: Callable[[], None] = lambda: None) -> str:
+    """Runs `rollbox serve ARGS` until it answers at `url`, calls `while_up`, then stops the server with SIGTERM:
+    what it wrote to stderr."""
+    server = subprocess.Popen([str(ROLLBOX), "serve", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while rollbox("ls", url=url).returncode != 0:
+            assert server.poll() is None, server.communicate()
+            assert time.monotonic() < deadline, "rollbox serve never answered"
+            time.sleep(0.2)
+        while_up()
+        server.send_signal(signal.SIGTERM)
+        _, stderr = server.communicate(timeout=30)
+        assert server.returncode == 0, stderr
+        return stderr
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
 def test_serve_answers_until_terminated(tmp_path: Path) -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     tokens = tmp_path / "tokens"
     tokens.write_text("# kept out of the process list\nbob = bob-token\n")
-    server = subprocess.Popen([str(ROLLBOX), "serve", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                               "--token", "alice=alice-token", "--tokens-file", str(tokens), "--max-sandboxes", "4"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while rollbox("get", "templates", url=url).returncode != 0:
-            assert server.poll() is None, server.communicate()
-            assert time.monotonic() < deadline, "rollbox serve never answered"
-            time.sleep(0.2)
+
+    def tenants_by_token() -> None:
         assert rollbox("ls", url=url, token="bob-token").returncode == 0
         assert "token" in one_line_error(rollbox("ls", url=url, token="carol-token"))
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=30) == 0, server.communicate()
+
+    try:
+        serving_until_terminated(["--data-dir", str(tmp_path / "data"), "--port", str(port), "--token",
+                                  "alice=alice-token", "--tokens-file", str(tokens), "--max-sandboxes", "4"],
+                                 url, tenants_by_token)
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        _cleanup(tmp_path / "data")
+
+
+def test_an_open_server_on_a_socket_keeps_other_users_out_and_on_a_port_warns(tmp_path: Path) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    path = tmp_path / "run" / "router.sock"  # the directory is missing: serve makes it, for its user only
+    try:
+        stderr = serving_until_terminated([*data, "--socket", str(path)], f"unix://{path}")
+        assert "every user" not in stderr
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert not path.exists(), "the server takes its socket away when it stops"
+        port = _free_port()
+        stderr = serving_until_terminated([*data, "--port", str(port)], f"http://127.0.0.1:{port}")
+        assert "every user of this machine may connect" in stderr and "--socket PATH" in stderr
+        (tmp_path / "notes.txt").write_text("keep me")
+        done = subprocess.run([str(ROLLBOX), "serve", *data, "--socket", str(tmp_path / "notes.txt" / "router.sock")],
+                              capture_output=True, text=True, timeout=60)
+        assert "cannot make" in one_line_error(done) and (tmp_path / "notes.txt").read_text() == "keep me"
+    finally:
         _cleanup(tmp_path / "data")
 
 

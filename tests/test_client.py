@@ -19,11 +19,12 @@ import httpx
 import pytest
 
 from rollbox import errors
-from rollbox.cli import serving
 from rollbox.client import AsyncSandboxClient, ConnectionFailed, SandboxClient, _archive
 from rollbox.client._calls import ApplyReader, ExecReader
 from rollbox.client._http import error_from
 from rollbox.node import LocalNode
+from rollbox.server import create_app
+from rollbox.server.threaded import ThreadServer
 from tests.conftest import make_engine, teardown_engine
 
 
@@ -255,12 +256,12 @@ ADMINS = ("alice",)
 
 @contextlib.contextmanager
 def router(root: Path, tokens: dict[str, str] | None = None, admins: tuple[str, ...] = ()) -> Iterator[str]:
-    """The HTTP API on loopback over a node and engine of its own, removed to the last mount afterwards."""
+    """The HTTP API on a unix socket over a node and engine of its own, removed to the last mount afterwards."""
     engine = make_engine(root)
     node = LocalNode(engine, max_sandboxes=32)
     try:
-        with serving(node, tokens, admins) as url:
-            yield url
+        with ThreadServer(create_app(node, tokens, admins=admins)) as server:
+            yield server.url
     finally:
         node.close()
         teardown_engine(engine)

@@ -16,10 +16,11 @@ import httpx
 import pytest
 
 from rollbox import errors
-from rollbox.cli import serving
 from rollbox.client import AsyncSandboxClient, ConnectionFailed, SandboxClient
 from rollbox.client._transport import PoolTransport
 from rollbox.node import LocalNode
+from rollbox.server import create_app
+from rollbox.server.threaded import ThreadServer
 from tests.conftest import make_engine, teardown_engine
 
 TEMPLATE = """\
@@ -40,10 +41,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalNode]:
         teardown_engine(engine)
 
 
-@pytest.fixture(scope="module")
-def url(node: LocalNode) -> Iterator[str]:
-    with serving(node) as url:
-        yield url
+@pytest.fixture(scope="module", params=["unix", "tcp"])
+def url(node: LocalNode, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The router on a unix socket (as the embedded default serves) and on a loopback port."""
+    with ThreadServer(create_app(node), tcp=request.param == "tcp") as server:
+        yield server.url
 
 
 def opened(client: AsyncSandboxClient) -> int:
@@ -148,8 +150,8 @@ def test_an_idle_connection_the_server_closed_is_not_reused(node: LocalNode, mon
                 await client.create_sandbox(template="no-such-template")
             assert opened(client) == 2
 
-    with serving(node) as url:
-        asyncio.run(calls(url))
+    with ThreadServer(create_app(node)) as server:
+        asyncio.run(calls(server.url))
 
 
 def _free_port() -> int:

@@ -11,7 +11,7 @@ import pytest
 
 from rollbox.client import AsyncSandboxClient
 from rollbox.rl.fusion import fusion_app
-from rollbox.rl.local import ThreadServer
+from rollbox.server.threaded import ThreadServer
 from tests.rl_support import rl_server
 
 fusion = pytest.importorskip("sandbox_fusion")
@@ -26,7 +26,7 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module", params=["isolated", "fresh"])
 def endpoint(router: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """The gateway on a free port, in front of a real router, with each kind of isolation."""
-    with ThreadServer(fusion_app(AsyncSandboxClient(router), isolation=request.param)) as gateway:
+    with ThreadServer(fusion_app(AsyncSandboxClient(router), isolation=request.param), tcp=True) as gateway:
         yield gateway.url
 
 

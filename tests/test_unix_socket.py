@@ -8,6 +8,7 @@ import os
 import socket
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from rollbox.client import AsyncSandboxClient, SandboxClient
 from rollbox.engine import Engine
 from rollbox.rl.local import LocalServer
 from rollbox.server.serve import MAX_SOCKET_PATH, listen_unix
+from rollbox.server.threaded import ThreadServer
 from tests.conftest import BASIC, teardown_engine
 
 NOBODY = 65534
@@ -71,6 +73,24 @@ def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_pat
         server.close()
         teardown_engine(Engine(tmp_path / "data"))
     assert not os.path.exists(os.path.dirname(path)), "closing the server removes its socket's directory"
+
+
+async def answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_an_in_process_server_is_closed_to_other_users_unless_asked_for_tcp() -> None:
+    """`rollbox demo` serves its open router from a thread: on the same kind of private socket."""
+    with ThreadServer(answer) as server:
+        path = server.url.removeprefix("unix://")
+        assert server.url.startswith("unix:///") and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+        assert connect_as(NOBODY, path) == errno.EACCES
+        assert connect_as(os.getuid(), path) == 0
+    assert not os.path.exists(os.path.dirname(path))
+    with ThreadServer(answer, tcp=True) as server:  # for clients that speak TCP only (SandboxFusion's)
+        assert server.url.startswith("http://127.0.0.1:")
 
 
 def test_a_socket_left_by_a_killed_server_is_replaced_and_a_live_one_is_not(tmp_path: Path) -> None:

@@ -7,15 +7,12 @@ Errors print one line and exit non-zero; tracebacks are for bugs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +26,7 @@ from rollbox import errors
 from rollbox.client import ApplyEvent, Sandbox, SandboxClient
 from rollbox.client._http import DEFAULT_URL
 from rollbox.engine import DEFAULT_DATA_DIR, Engine
-from rollbox.node import LocalNode, Node
+from rollbox.node import LocalNode
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "server.py"
 KINDS = {
@@ -383,32 +380,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return subprocess.call([sys.executable, str(BENCH), *passed], env=env)
 
 
-@contextlib.contextmanager
-def serving(node: Node, tokens: dict[str, str] | None = None, admins: Iterable[str] = ()) -> Iterator[str]:
-    """The HTTP API over `node` on a free loopback port, in a background thread; yields its URL."""
-    import uvicorn
-
-    from rollbox.server import create_app
-    from rollbox.server.serve import UVICORN_OPTIONS
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    app = create_app(node, tokens, admins=admins)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **UVICORN_OPTIONS))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="rollbox-server", daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise errors.RollboxError("the embedded server did not start: see the log above")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join()
-        sock.close()
-
-
 DEMO_TEMPLATE = """\
 apiVersion: rollbox.dev/v1alpha1
 kind: SandboxTemplate
@@ -434,10 +405,13 @@ DEMO_FIX = "def add(a, b):\n    return a + b\n"
 
 def cmd_demo(args: argparse.Namespace) -> None:
     """One episode in miniature, through the SDK and an embedded server: build, claim, run, fix, fork, reset."""
+    from rollbox.server import create_app
+    from rollbox.server.threaded import ThreadServer
+
     with Engine(args.data_dir) as engine:
         node = LocalNode(engine)
         try:
-            with serving(node) as url, SandboxClient(url) as client:
+            with ThreadServer(create_app(node)) as server, SandboxClient(server.url) as client:
                 _demo(client)
         finally:
             node.close()

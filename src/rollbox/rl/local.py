@@ -15,18 +15,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
-import uvicorn
 
 from rollbox.client._http import Settings
 from rollbox.engine import Engine
 from rollbox.errors import RollboxError
+from rollbox.server.threaded import private_socket_path
 
 _SERVE = "import json, sys; from rollbox.server import serve; serve(**json.loads(sys.argv[1]))"
 START_TIMEOUT = 60.0
@@ -45,8 +42,8 @@ class LocalServer:
         self._run_dir: Path | None = None
 
     def start(self) -> LocalServer:
-        self._run_dir = Path(tempfile.mkdtemp(prefix="rollbox-"))  # 0700, and short enough for a socket's path
-        socket_path = self._run_dir / "router.sock"
+        socket_path = private_socket_path()
+        self._run_dir = socket_path.parent
         options = {"data_dir": str(self.data_dir), "socket": str(socket_path), "max_sandboxes": self.max_sandboxes}
         self._process = subprocess.Popen([sys.executable, "-c", _SERVE, json.dumps(options)],
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -87,27 +84,3 @@ def _healthy(http: httpx.Client, settings: Settings) -> bool:
         return http.send(settings.request("GET", "/healthz")).status_code == 200
     except httpx.TransportError:
         return False
-
-
-class ThreadServer:
-    """An ASGI app (the SandboxFusion gateway, say) on a free loopback port, served from a thread."""
-
-    def __init__(self, app: Any) -> None:
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                     access_log=False, lifespan="off"))
-        self._thread = threading.Thread(target=self._server.run, name="rollbox-thread-server", daemon=True)
-        self.url = ""
-
-    def __enter__(self) -> ThreadServer:
-        self._thread.start()
-        deadline = time.monotonic() + START_TIMEOUT
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RollboxError("the ASGI app did not start serving; see the log above")
-            time.sleep(0.01)
-        self.url = f"http://127.0.0.1:{self._server.servers[0].sockets[0].getsockname()[1]}"
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._server.should_exit = True
-        self._thread.join()

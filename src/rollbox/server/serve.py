@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import os
 import signal
 import socket as sockets
@@ -28,6 +29,8 @@ UVICORN_OPTIONS = {"access_log": False, "timeout_keep_alive": KEEP_ALIVE, "proxy
 server header: a few microseconds of every request's share of the one event loop."""
 
 
+log = logging.getLogger("rollbox.server")
+
 MAX_SOCKET_PATH = 107
 """Bytes a unix socket's path may have (sun_path holds 108 with its terminating NUL)."""
 
@@ -44,6 +47,9 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
     if not tokens and socket is None and not _loopback(host):
         raise InvalidRequest(f"refusing to listen on {host} without tokens: anyone could run commands. "
                              "Give tokens (--token TENANT=TOKEN) or listen on 127.0.0.1")
+    if not tokens and socket is None:
+        log.warning("open server on %s:%s: every user of this machine may connect and run commands. "
+                    "On a shared machine listen on a socket (--socket PATH) or give tokens", host, port)
     admins = tuple(admins)
     Tenants(tokens, admins)  # a mistake in them fails here, before the data directory is touched
     # uvicorn shuts down gracefully on SIGTERM, then raises it again: exit then, so the node and
@@ -74,9 +80,14 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
 def listen_unix(path: Path) -> sockets.socket:
     """A listening unix socket at `path` that only this process's user may connect to (mode 0600).
 
-    A socket file left by a server that was killed is replaced; one a live server listens on is not."""
+    A missing directory is made, for this user only (0700). A socket file left by a server that was killed is
+    replaced; one a live server listens on is not."""
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise InvalidRequest(f"{path}: a unix socket's path has at most {MAX_SOCKET_PATH} bytes: choose a shorter one")
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as error:
+        raise InvalidRequest(f"cannot make {path.parent} for the socket: {error.strerror}") from None
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise InvalidRequest(f"{path} exists and is not a socket: choose another path")
@@ -92,6 +103,9 @@ def listen_unix(path: Path) -> sockets.socket:
         listener.bind(str(path))
         os.chmod(path, 0o600)  # before listen(): until then nobody can connect, so no one slips in meanwhile
         listener.listen(2048)
+    except OSError as error:
+        listener.close()
+        raise InvalidRequest(f"cannot listen on {path}: {error.strerror}") from None
     except BaseException:
         listener.close()
         raise
