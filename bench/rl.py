@@ -92,11 +92,12 @@ async def episodes(url: str, quick: bool, concurrency: int) -> dict[str, Any]:
 
 
 async def run_code(url: str, quick: bool, concurrency: int, isolation: str) -> dict[str, Any]:
-    async with AsyncSandboxClient(url) as client:
+    async with AsyncSandboxClient(url) as client, AsyncSandboxClient(url) as gateway_client:
         await client.apply(FUSION_POOL)
-        # on a loopback port, as SandboxFusion's clients reach it
-        with ThreadServer(fusion_app(client, warmpool="fusion-bench", isolation=isolation),  # type: ignore[arg-type]
-                          tcp=True) as gateway:
+        # the gateway's own client (it runs on the server thread's event loop), on a loopback port as
+        # SandboxFusion's clients reach it
+        app = fusion_app(gateway_client, warmpool="fusion-bench", isolation=isolation)  # type: ignore[arg-type]
+        with ThreadServer(app, tcp=True) as gateway:
             async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
                 gate = asyncio.Semaphore(concurrency)
                 latencies: list[float] = []

@@ -67,3 +67,21 @@ def test_quick_server_benchmark_prints_every_figure_as_json() -> None:
     for name in ("engine_python_per_s", "router_exec_overhead_ms", "sdk_exec_overhead_ms"):
         assert isinstance(figures[name], int | float), name
     assert set(figures["missed"]) <= MEASUREMENTS
+
+
+RL_BENCH = BENCH.parent / "rl.py"
+
+
+@pytest.mark.slow
+def test_quick_rl_benchmark_runs_every_phase_without_a_failed_request() -> None:
+    """Episodes, the SandboxFusion gateway (its own client on its server thread's loop) and the main job."""
+    embedded = {name: value for name, value in os.environ.items() if name not in ("ROLLBOX_URL", "ROLLBOX_TOKEN")}
+    done = subprocess.run([sys.executable, str(RL_BENCH), "--quick"], capture_output=True, text=True, timeout=600,
+                          env=embedded)
+    assert done.returncode == 0, done.stderr[-4000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["mode"] == "quick" and figures["episodes"] > 0 and figures["episode_errors"] == 0
+    for name in ("run_code", "run_code_fresh"):
+        assert figures[f"{name}_ok"] == figures[f"{name}_requests"] > 0, name
+        assert figures[f"{name}_per_s"] > 0, name
+    assert figures["train_episodes"] > 0 and figures["train_wall_s"] > 0

@@ -92,6 +92,31 @@ def test_a_closed_client_refuses_further_calls(url: str) -> None:
         client.health()
 
 
+def test_a_client_moves_to_the_next_event_loop_but_is_not_shared_with_a_running_one(url: str) -> None:
+    """Connections belong to the loop that opened them: a client kept across `asyncio.run` calls starts over on
+    the new loop; one used from another thread while its own loop runs is a clear error, not a corrupted pool."""
+    client = AsyncSandboxClient(url)
+    for _ in range(2):
+        asyncio.run(client.health())
+    assert opened(client) == 2
+
+    def from_another_thread() -> BaseException | None:
+        try:
+            asyncio.run(client.health())
+        except RuntimeError as error:
+            return error
+        return None
+
+    async def while_running() -> BaseException | None:
+        await client.health()
+        return await asyncio.to_thread(from_another_thread)
+
+    error = asyncio.run(while_running())
+    assert error is not None and "a client of its own" in str(error)
+    assert opened(client) == 3
+    asyncio.run(client.close())
+
+
 def test_a_streamed_exec_holds_its_connection_while_other_calls_proceed(url: str) -> None:
     with SandboxClient(url) as sync_client:
         sync_client.apply(TEMPLATE)

@@ -229,7 +229,10 @@ class PoolTransport(httpx.AsyncBaseTransport):
         self._socket = socket
         self._ssl: ssl.SSLContext | None = httpx.create_ssl_context() if url.scheme == "https" else None
         self._keepalive_expiry = limits.keepalive_expiry
-        self._slots = asyncio.Semaphore(sys.maxsize if limits.max_connections is None else limits.max_connections)
+        self._max_connections = sys.maxsize if limits.max_connections is None else limits.max_connections
+        self._slots = asyncio.Semaphore(self._max_connections)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the connections belong to: a socket's transport works on its own loop only."""
         self._idle: deque[_Connection] = deque()
         """Idle connections, the most recently freed on the right: taken from there, expired ones pruned from
         the left."""
@@ -241,6 +244,8 @@ class PoolTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._closed:
             raise RuntimeError("this client is closed: make a new one to send more calls")
+        if (loop := asyncio.get_running_loop()) is not self._loop:
+            self._move_to(loop)
         timeouts = request.extensions.get("timeout", {})
         connection = await self._acquire(timeouts)
         try:
@@ -262,6 +267,20 @@ class PoolTransport(httpx.AsyncBaseTransport):
             raise
         self._busy.add(connection)
         return connection
+
+    def _move_to(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Starts over on `loop` when the client's last loop has stopped (another `asyncio.run`, say): the
+        connections opened there went with it. A loop still running elsewhere keeps them: using the pool from
+        two threads at once would corrupt it."""
+        if self._loop is not None and self._loop.is_running():
+            raise RuntimeError("this client is in use on another event loop (in another thread): give each event "
+                               "loop a client of its own")
+        for connection in [*self._idle, *self._busy]:
+            connection.close()
+        self._idle.clear()
+        self._busy.clear()
+        self._slots = asyncio.Semaphore(self._max_connections)
+        self._loop = loop
 
     def _idle_connection(self) -> _Connection | None:
         now = time.monotonic()
@@ -294,6 +313,9 @@ class PoolTransport(httpx.AsyncBaseTransport):
     def _release(self, connection: _Connection) -> None:
         """Back on the stack if it can carry another request, else closed; either way its slot goes to the next
         waiting request."""
+        if connection not in self._busy:  # opened on a loop the client has left: its slot went with it
+            connection.close()
+            return
         self._busy.discard(connection)
         if connection.reusable:
             connection.idle_since = now = time.monotonic()

@@ -22,7 +22,10 @@ T = TypeVar("T")
 
 
 class AsyncSandboxClient:
-    """Talks to a rollbox router (`rollbox serve`). URL and token default to ROLLBOX_URL and ROLLBOX_TOKEN."""
+    """Talks to a rollbox router (`rollbox serve`). URL and token default to ROLLBOX_URL and ROLLBOX_TOKEN.
+
+    Its connections belong to one event loop at a time: it may outlive an `asyncio.run` and go on in the next,
+    but event loops running at once in different threads need a client each."""
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  max_connections: int = 256) -> None:
