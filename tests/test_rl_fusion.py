@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import base64
+import errno
+import signal
+import stat
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,6 +20,7 @@ from rollbox.client import AsyncSandboxClient
 from rollbox.rl.fusion import fusion_app
 from rollbox.server.threaded import ThreadServer
 from tests.rl_support import rl_server
+from tests.test_unix_socket import NOBODY, connect_as
 
 fusion = pytest.importorskip("sandbox_fusion")
 
@@ -90,3 +98,41 @@ def test_concurrent_requests_in_one_sandbox_stay_apart(endpoint: str) -> None:
         answers = list(pool.map(one, range(8)))
     assert [stdout for stdout, _ in answers] == [f"{index}\n" for index in range(8)], answers
     assert "sleep" not in run(endpoint, code="ps -eo args", language="bash").run_result.stdout
+
+
+def pinged(http: httpx.Client) -> bool:
+    try:
+        return http.get("http://gateway/v1/ping").json() == "pong"
+    except httpx.TransportError:
+        return False
+
+
+def test_the_gateway_alone_on_a_socket_serves_only_its_user(router: str, tmp_path: Path) -> None:
+    """`python -m rollbox.rl.fusion --socket PATH`: it takes no tokens, so on a shared machine only a 0600
+    socket keeps other users from running code in its sandboxes."""
+    path = tmp_path / "run" / "fusion.sock"
+    gateway = subprocess.Popen([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--socket", str(path)],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(path))) as http:
+            deadline = time.monotonic() + 30
+            while not pinged(http):
+                assert gateway.poll() is None, gateway.communicate()
+                assert time.monotonic() < deadline, "the gateway never answered"
+                time.sleep(0.1)
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+            assert connect_as(NOBODY, str(path)) == errno.EACCES
+            answer = http.post("http://gateway/run_code", json={"code": "print(6 * 7)", "language": "python"}).json()
+        assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
+        gateway.send_signal(signal.SIGTERM)
+        assert gateway.wait(timeout=30) == 0, gateway.communicate()
+        assert not path.exists(), "the gateway takes its socket away when it stops"
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.wait()
+    (tmp_path / "notes.txt").write_text("keep me")
+    done = subprocess.run([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--socket",
+                           str(tmp_path / "notes.txt")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "not a socket" in done.stderr and "Traceback" not in done.stderr

@@ -21,6 +21,7 @@ import posixpath
 import shlex
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -223,7 +224,7 @@ def _unquote(quoted: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    import uvicorn
+    from rollbox.server.serve import exit_on_sigterm, listening, run_app
 
     parser = argparse.ArgumentParser(prog="python -m rollbox.rl.fusion", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="the rollbox router (env ROLLBOX_URL)")
@@ -233,10 +234,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--isolation", choices=("isolated", "fresh"), default="isolated")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081)
+    parser.add_argument("--socket", type=Path, metavar="PATH",
+                        help="listen on this unix socket (mode 0600: your user only) instead of --host and --port")
     args = parser.parse_args(argv)
     app: Any = fusion_app(AsyncSandboxClient(args.url, args.token), template=args.template, warmpool=args.warmpool,
                           isolation=args.isolation)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    exit_on_sigterm()
+    try:
+        with listening(args.socket) as listener:
+            run_app(app, args.host, args.port, listener, "warning")
+    except RollboxError as error:
+        parser.exit(1, f"{parser.prog}: {error}\n")
 
 
 if __name__ == "__main__":

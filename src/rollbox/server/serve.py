@@ -10,8 +10,9 @@ import signal
 import socket as sockets
 import stat
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -52,29 +53,46 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
                     "On a shared machine listen on a socket (--socket PATH) or give tokens", host, port)
     admins = tuple(admins)
     Tenants(tokens, admins)  # a mistake in them fails here, before the data directory is touched
-    # uvicorn shuts down gracefully on SIGTERM, then raises it again: exit then, so the node and
-    # the engine below still close (the default action would kill the process first).
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _exit)
-    socket_path = Path(socket) if socket is not None else None
+    exit_on_sigterm()
     engine = Engine(data_dir)
-    listener = None
     try:
-        listener = listen_unix(socket_path) if socket_path is not None else None
-        node = LocalNode(engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota)
-        try:
-            app = create_app(node, tokens, admins=admins, max_body=max_body)
-            if listener is None:
-                uvicorn.run(app, host=host, port=port, log_level=log_level, **UVICORN_OPTIONS)
-            else:
-                uvicorn.Server(uvicorn.Config(app, log_level=log_level, **UVICORN_OPTIONS)).run(sockets=[listener])
-        finally:
-            node.close()
+        with listening(Path(socket) if socket is not None else None) as listener:
+            node = LocalNode(engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota)
+            try:
+                run_app(create_app(node, tokens, admins=admins, max_body=max_body), host, port, listener, log_level)
+            finally:
+                node.close()
     finally:
         engine.close()
-        if listener is not None and socket_path is not None:  # only a socket this server made goes
-            listener.close()
-            socket_path.unlink(missing_ok=True)
+
+
+def exit_on_sigterm() -> None:
+    """uvicorn shuts down gracefully on SIGTERM, then raises it again: exit then, so that what the caller opened
+    still closes (the default action would kill the process first)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit)
+
+
+@contextlib.contextmanager
+def listening(socket: Path | None) -> Iterator[sockets.socket | None]:
+    """A listening unix socket at `socket` (see listen_unix), removed on exit; None for none."""
+    if socket is None:
+        yield None
+        return
+    listener = listen_unix(socket)
+    try:
+        yield listener
+    finally:  # only a socket this server made goes
+        listener.close()
+        socket.unlink(missing_ok=True)
+
+
+def run_app(app: Any, host: str, port: int, listener: sockets.socket | None, log_level: str) -> None:
+    """Serves `app` with uvicorn until SIGINT/SIGTERM: on `listener` when given, else on `host`:`port`."""
+    if listener is None:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, **UVICORN_OPTIONS)
+    else:
+        uvicorn.Server(uvicorn.Config(app, log_level=log_level, **UVICORN_OPTIONS)).run(sockets=[listener])
 
 
 def listen_unix(path: Path) -> sockets.socket:
