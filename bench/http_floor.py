@@ -11,7 +11,6 @@ import contextlib
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import uvicorn
 
 from rollbox.client._http import Settings
 from rollbox.server.serve import UVICORN_OPTIONS
+from rollbox.server.threaded import private_listener
 
 ANSWER = (b'{"id":"0123456789abcdef","template":"rollbox-bench","warmpool":"rollbox-bench","tenant":"default",'
           b'"state":"running","created_at":1795417794.26,"expires_at":null,"idle_pause_after":null,'
@@ -48,14 +48,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 def serving(unix: bool = False) -> Iterator[tuple[str, int]]:
     """The floor in a child process (its own interpreter and CPU time) on a loopback port, or on a unix socket as
     the embedded router listens: (URL, pid)."""
-    with tempfile.TemporaryDirectory(prefix="rollbox-floor-") as run_dir:
-        with socket.socket(socket.AF_UNIX if unix else socket.AF_INET) as listener:
-            # bound and listening before the child starts: nothing to poll for
-            listener.bind(f"{run_dir}/floor.sock" if unix else ("127.0.0.1", 0))
-            listener.listen(1024)
-            url = f"unix://{run_dir}/floor.sock" if unix else f"http://127.0.0.1:{listener.getsockname()[1]}"
-            process = subprocess.Popen([sys.executable, __file__, str(listener.fileno())],
-                                       pass_fds=[listener.fileno()])
+    with private_listener(tcp=not unix) as (listener, url):  # listening before the child starts: no polling
+        process = subprocess.Popen([sys.executable, __file__, str(listener.fileno())], pass_fds=[listener.fileno()])
+        listener.close()  # the child holds it now: should the child die, the socket refuses at once
         try:
             settings = Settings(url, None, START_TIMEOUT)
             with settings.http_client(1) as http:

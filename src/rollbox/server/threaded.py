@@ -6,11 +6,13 @@ loopback port instead, for clients that only speak TCP (SandboxFusion's)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,52 +30,54 @@ def private_socket_path() -> Path:
     return Path(tempfile.mkdtemp(prefix="rollbox-")) / "router.sock"
 
 
+@contextlib.contextmanager
+def private_listener(tcp: bool = False) -> Iterator[tuple[socket.socket, str]]:
+    """A listening socket and the URL that reaches it: `router.sock` (0600) in a fresh directory only this user may
+    enter, removed on exit; with `tcp`, a free loopback port."""
+    if tcp:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(2048)
+            yield listener, f"http://127.0.0.1:{listener.getsockname()[1]}"
+        return
+    path = private_socket_path()
+    try:
+        with listen_unix(path) as listener:
+            yield listener, f"unix://{path}"
+    finally:
+        shutil.rmtree(path.parent, ignore_errors=True)
+
+
 class ThreadServer:
     """`with ThreadServer(app) as server:` serves `app` at `server.url` until the block ends."""
 
     def __init__(self, app: Any, *, tcp: bool = False) -> None:
         self._app = app
         self._tcp = tcp
-        self._socket_path: Path | None = None
-        self._listener: socket.socket | None = None
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._stack = contextlib.ExitStack()
         self.url = ""
 
     def __enter__(self) -> ThreadServer:
-        try:
-            self._listen()
+        with contextlib.ExitStack() as stack:
+            listener, self.url = stack.enter_context(private_listener(self._tcp))
             # read now, not at import: tests tune the options for one server
-            config = uvicorn.Config(self._app, log_level="warning", lifespan="off", **UVICORN_OPTIONS)
-            self._server = uvicorn.Server(config)
-            self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._listener]},
-                                            name="rollbox-thread-server", daemon=True)
-            self._thread.start()
+            server = uvicorn.Server(uvicorn.Config(self._app, log_level="warning", lifespan="off", **UVICORN_OPTIONS))
+            thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, name="rollbox-thread-server",
+                                      daemon=True)
+            thread.start()
+            stack.callback(_stop, server, thread)
             deadline = time.monotonic() + START_TIMEOUT
-            while not self._server.started:
-                if not self._thread.is_alive() or time.monotonic() > deadline:
+            while not server.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
                     raise RollboxError("the ASGI app did not start serving; see the log above")
                 time.sleep(0.01)
-        except BaseException:
-            self.__exit__()
-            raise
+            self._stack = stack.pop_all()
         return self
 
-    def _listen(self) -> None:
-        if self._tcp:
-            self._listener = socket.socket()
-            self._listener.bind(("127.0.0.1", 0))
-            self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        else:
-            self._socket_path = private_socket_path()
-            self._listener = listen_unix(self._socket_path)
-            self.url = f"unix://{self._socket_path}"
-
     def __exit__(self, *_: object) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join()
-        if self._listener is not None:
-            self._listener.close()
-        if self._socket_path is not None:
-            shutil.rmtree(self._socket_path.parent, ignore_errors=True)
+        self._stack.close()
+
+
+def _stop(server: uvicorn.Server, thread: threading.Thread) -> None:
+    server.should_exit = True
+    thread.join()
