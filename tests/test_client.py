@@ -21,16 +21,16 @@ import pytest
 from rollbox import errors
 from rollbox.client import AsyncSandboxClient, ConnectionFailed, SandboxClient, _archive
 from rollbox.client._calls import ApplyReader, ExecReader
-from rollbox.client._http import error_from
+from rollbox.client._http import Answer, answer_of, error_from
 from rollbox.node import LocalNode
 from rollbox.server import create_app
 from rollbox.server.threaded import ThreadServer
 from tests.conftest import make_engine, teardown_engine
 
 
-def _response(status: int, body: object, path: str = "/v1/templates/x") -> httpx.Response:
+def _response(status: int, body: object, path: str = "/v1/templates/x") -> Answer:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.Response(status, content=content, request=httpx.Request("GET", f"http://router{path}"))
+    return answer_of(httpx.Response(status, content=content, request=httpx.Request("GET", f"http://router{path}")))
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -81,6 +81,7 @@ class _Scripted(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.script = script
         self.seen: list[str] = []
+        self.tokens: list[str | None] = []
 
     @property
     def url(self) -> str:
@@ -93,6 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))
         self.server.seen.append(f"{self.command} {self.path}")
+        self.server.tokens.append(self.headers.get("authorization"))
         status, body = self.server.script.pop(0)
         content = json.dumps(body).encode()
         self.send_response(status)
@@ -141,16 +143,70 @@ def test_calls_that_change_state_are_never_retried(scripted: _Scripted) -> None:
     assert scripted.seen == ["POST /v1/sandboxes"]
 
 
+def test_the_async_client_retries_as_the_sync_one_does(scripted: _Scripted) -> None:
+    scripted.script += [BUSY, BUSY, (200, []), *[BUSY] * 4, BUSY]
+
+    async def calls() -> None:
+        async with AsyncSandboxClient(scripted.url) as client:
+            assert await client.list_sandboxes() == []
+            with pytest.raises(errors.NodeUnavailable, match="restarting"):
+                await client.list_templates()
+            with pytest.raises(errors.NodeUnavailable):
+                await client.create_sandbox(template="basic")
+
+    asyncio.run(calls())
+    assert scripted.seen == ["GET /v1/sandboxes"] * 3 + ["GET /v1/templates"] * 4 + ["POST /v1/sandboxes"]
+
+
+SANDBOX = {"id": "c-1", "template": "basic", "tenant": "t", "state": "running", "created_at": 1.0}
+STAT = {"name": "a", "path": "a", "type": "file", "size": 1, "mode": 420, "mtime": 1.0}
+SENT = ["POST /v1/sandboxes", "PUT /v1/sandboxes/c-1/files?path=dir%2Fa+b.txt",
+        "GET /v1/sandboxes/c-1/files/stat?path=..%2Fetc",
+        "GET /v1/sandboxes/c-1/files/list?path=%C3%A9t%C3%A9%3F%23%26"]
+"""What the calls below send, to the byte: ids and names are one path segment, paths one query value."""
+
+
 def test_token_and_paths_go_out_as_the_contract_says(scripted: _Scripted) -> None:
-    sandbox = {"id": "c-1", "template": "basic", "tenant": "t", "state": "running", "created_at": 1.0}
-    scripted.script += [(201, sandbox), (204, None), (200, {"name": "a", "path": "a", "type": "file", "size": 1,
-                                                          "mode": 420, "mtime": 1.0})]
-    client = SandboxClient(scripted.url, token="secret")
-    box = client.create_sandbox(template="basic")
+    scripted.script += [(201, SANDBOX), (204, None), (200, STAT), (200, [])]
+    box = SandboxClient(scripted.url, token="secret").create_sandbox(template="basic")
     box.files.write("dir/a b.txt", "x")
     box.files.stat("../etc")
-    assert scripted.seen == ["POST /v1/sandboxes", "PUT /v1/sandboxes/c-1/files?path=dir%2Fa+b.txt",
-                             "GET /v1/sandboxes/c-1/files/stat?path=..%2Fetc"]
+    box.files.list("été?#&")
+    assert scripted.seen == SENT
+    assert scripted.tokens == ["Bearer secret"] * 4
+
+
+def test_the_async_client_sends_the_same_bytes(scripted: _Scripted) -> None:
+    scripted.script += [(201, SANDBOX), (204, None), (200, STAT), (200, [])]
+
+    async def calls() -> None:
+        async with AsyncSandboxClient(scripted.url, token="secret") as client:
+            box = await client.create_sandbox(template="basic")
+            await box.files.write("dir/a b.txt", "x")
+            await box.files.stat("../etc")
+            await box.files.list("été?#&")
+
+    asyncio.run(calls())
+    assert scripted.seen == SENT
+    assert scripted.tokens == ["Bearer secret"] * 4
+
+
+def test_a_router_behind_a_path_prefix_gets_it_on_every_call(scripted: _Scripted) -> None:
+    scripted.script += [(200, []), (200, [])]
+    assert SandboxClient(f"{scripted.url}/rollbox/").list_sandboxes() == []
+
+    async def calls() -> None:
+        async with AsyncSandboxClient(f"{scripted.url}/rollbox") as client:
+            assert await client.list_sandboxes() == []
+
+    asyncio.run(calls())
+    assert scripted.seen == ["GET /rollbox/v1/sandboxes"] * 2
+
+
+def test_a_token_that_would_break_the_request_head_is_refused_before_sending() -> None:
+    for client_class in (SandboxClient, AsyncSandboxClient):
+        with pytest.raises(errors.InvalidRequest, match="control or non-ASCII"):
+            client_class("http://127.0.0.1:1", token="secret\r\nx-tenant: admin")
 
 
 # -- streams ------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ import pytest
 
 from rollbox import errors
 from rollbox.client import AsyncSandboxClient, ConnectionFailed, SandboxClient
-from rollbox.client._transport import PoolTransport
+from rollbox.client._http import Settings
+from rollbox.client._transport import PoolTransport, Reply
 from rollbox.node import LocalNode
 from rollbox.server import create_app
 from rollbox.server.threaded import ThreadServer
@@ -254,62 +255,73 @@ class _RawServer:
         writer.close()
 
 
-def _transport_run(scripted: _RawServer, calls: Callable[[httpx.AsyncClient], Awaitable[None]],
-                   timeout: float = 5.0) -> None:
+Send = Callable[..., Awaitable[Reply]]
+"""`send(method, path, content=None, timeout=None)`: a request through the pool, its reply once the head is in."""
+
+
+def _transport_run(scripted: _RawServer, calls: Callable[[Send], Awaitable[None]], timeout: float = 5.0) -> None:
     async def run() -> None:
         server = await asyncio.start_server(scripted.handle, "127.0.0.1", 0)
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        async with server, httpx.AsyncClient(base_url=url, transport=PoolTransport(url, httpx.Limits()),
-                                             timeout=timeout) as client:
-            await calls(client)
+        settings = Settings(url, None, timeout)
+        pool = PoolTransport(url, httpx.Limits())
+
+        async def send(method: str, path: str, content: bytes | None = None, timeout: float | None = None) -> Reply:
+            timeouts = settings.timeouts() if timeout is None else Settings(url, None, timeout).timeouts()
+            return await pool.send(settings.written(method, path, content=content), timeouts)
+
+        async with server:
+            try:
+                await calls(send)
+            finally:
+                await pool.aclose()
 
     asyncio.run(run())
 
 
 def test_the_transport_reads_lengths_chunks_and_bodies_that_end_at_close() -> None:
-    big = bytes(range(256)) * 40_000  # 10 MB: the transport stops reading while 1 MB waits unread
+    big = b"".join(b"%07d %s\n" % (number, b"x" * 92) for number in range(100_000))  # 10 MB of NDJSON-like lines
     scripted = _RawServer([
         b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(big), big),
         b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",  # the answer to HEAD: no body follows
         b"HTTP/1.1 200 OK\r\n\r\nuntil the end",
         b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n",
     ])
 
-    async def calls(client: httpx.AsyncClient) -> None:
-        async with client.stream("GET", "/big") as response:
-            received = b""
-            async for part in response.aiter_raw():
-                received += part
-                await asyncio.sleep(0)
-            assert received == big
-        answer = await client.post("/chunked", content=b"sent")
-        assert (answer.status_code, answer.reason_phrase, answer.content) == (201, "Created", b"abcde")
-        head = await client.head("/head")
-        assert (head.status_code, head.content, head.headers["content-length"]) == (200, b"", "5")
-        assert (await client.get("/until-close")).content == b"until the end"
-        assert (await client.delete("/after")).status_code == 204
+    async def calls(send: Send) -> None:
+        reply = await send("GET", "/big")
+        lines = []
+        async for line in reply.lines():  # read slowly: the transport stops reading while 1 MB waits unread
+            lines.append(line)
+            await asyncio.sleep(0)
+        assert "\n".join(lines) + "\n" == big.decode()
+        answer = await send("POST", "/chunked", content=b"sent")
+        assert (answer.status_code, answer.reason_phrase, await answer.read()) == (201, "Created", b"abcde")
+        assert await (await send("GET", "/until-close")).read() == b"until the end"
+        assert (await send("DELETE", "/after")).status_code == 204
 
     _transport_run(scripted, calls)
     assert scripted.connections == 2  # an answer that ends at close cannot leave its connection open
+    assert scripted.requests[0].startswith(b"GET /big HTTP/1.1\r\n")
+    assert b"content-length" not in scripted.requests[0]
     assert scripted.requests[1].startswith(b"POST /chunked HTTP/1.1\r\n")
-    assert scripted.requests[1].lower().endswith(b"content-length: 4\r\n\r\nsent")
+    assert scripted.requests[1].endswith(b"content-length: 4\r\n\r\nsent")
 
 
 def test_the_transport_reports_broken_and_slow_answers_as_httpx_errors() -> None:
-    async def calls(client: httpx.AsyncClient) -> None:
+    async def calls(send: Send) -> None:
         with pytest.raises(httpx.RemoteProtocolError, match=r"not valid HTTP/1\.1"):
-            await client.get("/")
+            await send("GET", "/")
         with pytest.raises(httpx.RemoteProtocolError, match="before the end of the answer"):
-            await client.get("/")
+            await (await send("GET", "/")).read()
 
     _transport_run(_RawServer([b"SMTP ready\r\n\r\n", b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort"],
                              close=True), calls)
 
-    async def slow(client: httpx.AsyncClient) -> None:
+    async def slow(send: Send) -> None:
         with pytest.raises(httpx.ReadTimeout):
-            await client.get("/")
-        assert (await client.get("/", timeout=5.0)).content == b"ok"
+            await send("GET", "/")
+        assert await (await send("GET", "/", timeout=5.0)).read() == b"ok"
         assert scripted.connections == 2  # the timed-out connection was dropped, not reused
 
     scripted = _RawServer([b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"] * 2, pause=0.5)

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypedDict, TypeVar
 from urllib.parse import quote
 
-import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rollbox import errors, spec
 from rollbox.client import _archive
-from rollbox.client._http import error_from, raise_for_error
+from rollbox.client._http import Answer, error_from, raise_for_error
 from rollbox.client.models import (
     ApplyEvent,
     ApplyRequest,
@@ -33,7 +32,7 @@ from rollbox.node.models import ClaimInfo, ClaimRequest, ExecRequest, TemplateIn
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
-Parse = Callable[[httpx.Response], T]
+Parse = Callable[[Answer], T]
 OutputCallback = Callable[[str], None]
 ProgressCallback = Callable[[ApplyEvent], None]
 Command = str | Sequence[str]
@@ -133,21 +132,21 @@ class StreamAnswer(Generic[T]):
 
 
 def _json(adapter: TypeAdapter[T]) -> Parse[T]:
-    def parse(response: httpx.Response) -> T:
+    def parse(response: Answer) -> T:
         return adapter.validate_json(raise_for_error(response).content)
 
     return parse
 
 
-def _none(response: httpx.Response) -> None:
+def _none(response: Answer) -> None:
     raise_for_error(response)
 
 
-def _content(response: httpx.Response) -> bytes:
+def _content(response: Answer) -> bytes:
     return raise_for_error(response).content
 
 
-def _exists(response: httpx.Response) -> bool:
+def _exists(response: Answer) -> bool:
     if response.status_code == 404:
         error = error_from(response)
         if isinstance(error, errors.FileNotFound):
@@ -410,7 +409,7 @@ def mkdir(sandbox_id: str, path: str) -> Call[None]:
 
 
 def upload_dir(sandbox_id: str, local_dir: str | os.PathLike[str], remote_dir: str) -> Call[int]:
-    def parse(response: httpx.Response) -> int:
+    def parse(response: Answer) -> int:
         return _ARCHIVE(response).entries
 
     return Call("PUT", _sandbox(sandbox_id, "/files/archive"), parse, params={"path": remote_dir},
@@ -418,7 +417,7 @@ def upload_dir(sandbox_id: str, local_dir: str | os.PathLike[str], remote_dir: s
 
 
 def download_dir(sandbox_id: str, remote_dir: str, local_dir: str | os.PathLike[str]) -> Call[None]:
-    def parse(response: httpx.Response) -> None:
+    def parse(response: Answer) -> None:
         _archive.unpack(_content(response), local_dir)
 
     return _get(_sandbox(sandbox_id, "/files/archive"), parse, {"path": remote_dir})

@@ -1,9 +1,11 @@
-"""What the sync and async clients share about HTTP: settings, error decoding, retry policy."""
+"""What the sync and async clients share about HTTP: settings, answers, error decoding, retry policy."""
 
 from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 from pydantic import ValidationError
@@ -20,12 +22,38 @@ URL_CACHE = 4096
 RETRY_DELAYS = (0.1, 0.4, 1.6)
 """Seconds to wait before each retry of an idempotent call that hit a connection error or a 503."""
 
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+"""Methods whose requests say their body's length even when it is empty."""
+
 _BY_STATUS: dict[int, type[errors.RollboxError]] = {
     400: errors.InvalidRequest, 401: errors.Unauthorized, 403: errors.Forbidden, 404: errors.NotFound,
     409: errors.Conflict, 413: errors.TooLarge, 422: errors.InvalidRequest, 429: errors.CapacityExceeded,
     502: errors.NodeUnavailable, 503: errors.NodeUnavailable, 504: errors.NodeUnavailable,
 }
 """The error class for answers that carry no error body of ours (a proxy's 502, a framework's 422)."""
+
+
+Timeouts = dict[str, float | None]
+"""Seconds allowed to connect, read, write and wait for a pooled connection (httpx's names: `Timeout.as_dict()`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A whole answer, as the calls read it; each client makes one from what its transport received."""
+
+    method: str
+    path: str
+    status_code: int
+    reason_phrase: str
+    content: bytes
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    @property
+    def text(self) -> str:
+        return self.content.decode(errors="replace")
 
 
 class ConnectionFailed(errors.RollboxError):
@@ -45,7 +73,15 @@ class Settings:
         token = token if token is not None else os.environ.get("ROLLBOX_TOKEN")
         self.headers = {"user-agent": f"rollbox-client/{__version__}"}
         if token:
+            if not token.isprintable() or not token.isascii():
+                raise errors.InvalidRequest("the token holds a control or non-ASCII character: give it as the server "
+                                            "printed it")
             self.headers["authorization"] = f"Bearer {token}"
+        origin = urlsplit(self.origin)
+        self._prefix = origin.path
+        """The router's path behind a proxy (`http://gateway/rollbox`), put before every call's own."""
+        self._fields = "".join(f"{name}: {value}\r\n" for name, value in
+                               {"host": origin.netloc.rpartition("@")[2], **self.headers}.items())
         self.seconds = timeout
         self._timeouts = httpx.Timeout(timeout).as_dict()
         self._url = functools.lru_cache(maxsize=URL_CACHE)(lambda path: httpx.URL(self.origin + path))
@@ -63,14 +99,28 @@ class Settings:
     def request(self, method: str, path: str, *, params: dict[str, str] | None = None,
                 content: str | bytes | None = None, headers: dict[str, str] | None = None,
                 wait: float | None = 0.0) -> httpx.Request:
-        """A request to the router, built whole. An httpx client's own `request()` would parse the base URL
-        and merge its headers, cookies and auth again on every call: about 0.1 ms of CPU for nothing the SDK
-        uses. `wait` is the seconds the server may spend working beyond the client timeout (None: no limit)."""
+        """An httpx request to the router (the sync client's), built whole. An httpx client's own `request()`
+        would parse the base URL and merge its headers, cookies and auth again on every call: about 0.1 ms of
+        CPU for nothing the SDK uses."""
         return httpx.Request(method, self._url(path), params=params, content=content,
                              headers=self.headers if headers is None else {**self.headers, **headers},
-                             extensions={"timeout": self._timeouts if wait == 0 else self._timeout_for(wait)})
+                             extensions={"timeout": self.timeouts(wait)})
 
-    def _timeout_for(self, wait: float | None) -> dict[str, float | None]:
+    def written(self, method: str, path: str, *, params: dict[str, str] | None = None,
+                content: str | bytes | None = None, headers: dict[str, str] | None = None) -> bytes:
+        """A request written out as HTTP/1.1, head and body (the async client's): `path` is percent-encoded
+        already, as the calls make it."""
+        target = f"{self._prefix}{path}?{urlencode(params)}" if params else self._prefix + path
+        extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items()) if headers else ""
+        body = content.encode() if isinstance(content, str) else content or b""
+        framing = f"content-length: {len(body)}\r\n" if body or method in _WITH_BODY else ""
+        return f"{method} {target} HTTP/1.1\r\n{self._fields}{extra}{framing}\r\n".encode() + body
+
+    def timeouts(self, wait: float | None = 0.0) -> Timeouts:
+        """The call's timeouts; `wait` is the seconds the server may spend working beyond the client's timeout
+        (None: no limit)."""
+        if wait == 0:
+            return self._timeouts
         return httpx.Timeout(self.seconds, read=None if wait is None else self.seconds + wait).as_dict()
 
 
@@ -83,21 +133,26 @@ def _address(url: str) -> tuple[str, str | None]:
     return "http://localhost", socket
 
 
-def raise_for_error(response: httpx.Response) -> httpx.Response:
-    if response.is_success:
-        return response
-    raise error_from(response)
+def answer_of(response: httpx.Response) -> Answer:
+    """An httpx response, read, as the calls read answers."""
+    request = response.request
+    return Answer(request.method, request.url.path, response.status_code, response.reason_phrase, response.content)
 
 
-def error_from(response: httpx.Response) -> errors.RollboxError:
+def raise_for_error(answer: Answer) -> Answer:
+    if answer.is_success:
+        return answer
+    raise error_from(answer)
+
+
+def error_from(answer: Answer) -> errors.RollboxError:
     """Rebuilds the typed error the server sent; falls back on the status for bodies that are not ours."""
     try:
-        body = ErrorBody.model_validate_json(response.content)
+        body = ErrorBody.model_validate_json(answer.content)
     except ValidationError:
-        text = response.text.strip()[:500] or response.reason_phrase
-        request = response.request
-        error_class = _BY_STATUS.get(response.status_code, errors.RollboxError)
-        return error_class(f"{request.method} {request.url.path} answered {response.status_code}: {text}")
+        text = answer.text.strip()[:500] or answer.reason_phrase
+        error_class = _BY_STATUS.get(answer.status_code, errors.RollboxError)
+        return error_class(f"{answer.method} {answer.path} answered {answer.status_code}: {text}")
     return errors.from_code(body.error.code, body.error.message)
 
 

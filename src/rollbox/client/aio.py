@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar, Unpack
 
 import httpx
 
 from rollbox import errors
 from rollbox.client import _calls as calls
-from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed, error_from
+from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Answer, Settings, connection_failed, error_from
 from rollbox.client._transport import PoolTransport
 from rollbox.client.models import ApplyEvent, Health
 from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
@@ -115,36 +115,31 @@ class AsyncSandboxClient:
             raise connection_failed(self.base_url, call.method, call.path, error) from error
         return call.parse(response)
 
-    async def _request(self, call: calls.Call[T]) -> httpx.Response:
-        async with self._open(self._settings.request(call.method, call.path, params=call.params, content=call.body,
-                                                     headers=call.headers, wait=call.wait)) as response:
-            await response.aread()
-            return response
+    async def _request(self, call: calls.Call[T]) -> Answer:
+        """The call sent straight to the pool, as bytes: every SDK call goes to the router, so an httpx client's
+        routing, redirects, auth and cookies, and its request and response models, would only cost CPU."""
+        request = self._settings.written(call.method, call.path, params=call.params, content=call.body,
+                                         headers=call.headers)
+        reply = await self._transport.send(request, self._settings.timeouts(call.wait))
+        content = await reply.read()
+        return Answer(call.method, call.path, reply.status_code, reply.reason_phrase, content)
 
     async def _stream(self, call: calls.StreamCall[T]) -> T:
+        request = self._settings.written(call.method, call.path, content=call.body, headers=calls.JSON)
         try:
-            async with self._open(self._settings.request(call.method, call.path, content=call.body,
-                                                         headers=calls.JSON, wait=call.wait)) as response:
-                if not response.is_success:
-                    await response.aread()
-                    raise error_from(response)
+            reply = await self._transport.send(request, self._settings.timeouts(call.wait))
+            try:
+                if not reply.is_success:
+                    content = await reply.read()
+                    raise error_from(Answer(call.method, call.path, reply.status_code, reply.reason_phrase, content))
                 answer = call.answer()
-                async for line in response.aiter_lines():
+                async for line in reply.lines():
                     answer.feed(line)
                 return answer.result()
+            finally:
+                reply.close()
         except httpx.TransportError as error:
             raise connection_failed(self.base_url, call.method, call.path, error) from error
-
-    @contextlib.asynccontextmanager
-    async def _open(self, request: httpx.Request) -> AsyncIterator[httpx.Response]:
-        """The request sent straight to the pool (every SDK call goes to the router, so an httpx client's
-        routing, redirects, auth and cookies would only cost CPU); the answer's connection is freed on exit."""
-        response = await self._transport.handle_async_request(request)
-        response.request = request
-        try:
-            yield response
-        finally:
-            await response.aclose()
 
     async def close(self) -> None:
         await self._transport.aclose()

@@ -11,7 +11,15 @@ import httpx
 
 from rollbox import errors
 from rollbox.client import _calls as calls
-from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed, error_from
+from rollbox.client._http import (
+    DEFAULT_TIMEOUT,
+    RETRY_DELAYS,
+    Answer,
+    Settings,
+    answer_of,
+    connection_failed,
+    error_from,
+)
 from rollbox.client.models import ApplyEvent, Health
 from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
 from rollbox.node.models import ClaimInfo, TemplateInfo, WarmPoolInfo
@@ -102,9 +110,10 @@ class SandboxClient:
             raise connection_failed(self.base_url, call.method, call.path, error) from error
         return call.parse(response)
 
-    def _request(self, call: calls.Call[T]) -> httpx.Response:
-        return self._http.send(self._settings.request(call.method, call.path, params=call.params, content=call.body,
-                                                      headers=call.headers, wait=call.wait))
+    def _request(self, call: calls.Call[T]) -> Answer:
+        return answer_of(self._http.send(self._settings.request(call.method, call.path, params=call.params,
+                                                                content=call.body, headers=call.headers,
+                                                                wait=call.wait)))
 
     def _stream(self, call: calls.StreamCall[T]) -> T:
         request = self._settings.request(call.method, call.path, content=call.body, headers=calls.JSON, wait=call.wait)
@@ -112,7 +121,7 @@ class SandboxClient:
             with contextlib.closing(self._http.send(request, stream=True)) as response:
                 if not response.is_success:
                     response.read()
-                    raise error_from(response)
+                    raise error_from(answer_of(response))
                 answer = call.answer()
                 for line in response.iter_lines():
                     answer.feed(line)
