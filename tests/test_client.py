@@ -193,14 +193,14 @@ def test_the_async_client_sends_the_same_bytes(scripted: _Scripted) -> None:
 
 def test_a_router_behind_a_path_prefix_gets_it_on_every_call(scripted: _Scripted) -> None:
     scripted.script += [(200, []), (200, [])]
-    assert SandboxClient(f"{scripted.url}/rollbox/").list_sandboxes() == []
+    assert SandboxClient(f"{scripted.url}/roll box/").list_sandboxes() == []
 
     async def calls() -> None:
-        async with AsyncSandboxClient(f"{scripted.url}/rollbox") as client:
+        async with AsyncSandboxClient(f"{scripted.url}/roll box") as client:
             assert await client.list_sandboxes() == []
 
     asyncio.run(calls())
-    assert scripted.seen == ["GET /rollbox/v1/sandboxes"] * 2
+    assert scripted.seen == ["GET /roll%20box/v1/sandboxes"] * 2
 
 
 def test_a_token_that_would_break_the_request_head_is_refused_before_sending() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import httpx
 from pydantic import ValidationError
@@ -77,11 +77,11 @@ class Settings:
                 raise errors.InvalidRequest("the token holds a control or non-ASCII character: give it as the server "
                                             "printed it")
             self.headers["authorization"] = f"Bearer {token}"
-        origin = urlsplit(self.origin)
-        self._prefix = origin.path
+        origin = httpx.URL(self.origin)  # percent-encoded as httpx would send it
+        self._prefix = origin.raw_path.decode("ascii").rstrip("/")
         """The router's path behind a proxy (`http://gateway/rollbox`), put before every call's own."""
         self._fields = "".join(f"{name}: {value}\r\n" for name, value in
-                               {"host": origin.netloc.rpartition("@")[2], **self.headers}.items())
+                               {"host": origin.netloc.decode("ascii"), **self.headers}.items())
         self.seconds = timeout
         self._timeouts = httpx.Timeout(timeout).as_dict()
         self._url = functools.lru_cache(maxsize=URL_CACHE)(lambda path: httpx.URL(self.origin + path))
