@@ -132,27 +132,27 @@ class StreamAnswer(Generic[T]):
 
 
 def _json(adapter: TypeAdapter[T]) -> Parse[T]:
-    def parse(response: Answer) -> T:
-        return adapter.validate_json(raise_for_error(response).content)
+    def parse(answer: Answer) -> T:
+        return adapter.validate_json(raise_for_error(answer).content)
 
     return parse
 
 
-def _none(response: Answer) -> None:
-    raise_for_error(response)
+def _none(answer: Answer) -> None:
+    raise_for_error(answer)
 
 
-def _content(response: Answer) -> bytes:
-    return raise_for_error(response).content
+def _content(answer: Answer) -> bytes:
+    return raise_for_error(answer).content
 
 
-def _exists(response: Answer) -> bool:
-    if response.status_code == 404:
-        error = error_from(response)
+def _exists(answer: Answer) -> bool:
+    if answer.status_code == 404:
+        error = error_from(answer)
         if isinstance(error, errors.FileNotFound):
             return False
         raise error
-    raise_for_error(response)
+    raise_for_error(answer)
     return True
 
 
@@ -409,15 +409,15 @@ def mkdir(sandbox_id: str, path: str) -> Call[None]:
 
 
 def upload_dir(sandbox_id: str, local_dir: str | os.PathLike[str], remote_dir: str) -> Call[int]:
-    def parse(response: Answer) -> int:
-        return _ARCHIVE(response).entries
+    def parse(answer: Answer) -> int:
+        return _ARCHIVE(answer).entries
 
     return Call("PUT", _sandbox(sandbox_id, "/files/archive"), parse, params={"path": remote_dir},
                 body=_archive.pack(local_dir), headers=_BINARY, idempotent=True)
 
 
 def download_dir(sandbox_id: str, remote_dir: str, local_dir: str | os.PathLike[str]) -> Call[None]:
-    def parse(response: Answer) -> None:
-        _archive.unpack(_content(response), local_dir)
+    def parse(answer: Answer) -> None:
+        _archive.unpack(_content(answer), local_dir)
 
     return _get(_sandbox(sandbox_id, "/files/archive"), parse, {"path": remote_dir})

@@ -24,7 +24,8 @@ import httpx
 
 from rollbox.client._http import Timeouts
 
-Header = tuple[bytes, bytes]
+_FRAMING = (b"content-length", b"transfer-encoding")
+"""The headers that say where an answer's body ends."""
 READ_BUFFER = 1 << 20
 """Bytes of an answer's body held unread before the connection stops reading from the socket."""
 
@@ -45,11 +46,10 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._error: httpx.TransportError | None = None
         self._reason = b""
-        self._headers: list[Header] = []
+        self._framed = False
+        """The answer says where its body ends (a length or chunks); else the body ends when the server closes."""
         self._head_done = False
         self._complete = False
-        self._until_close = False
-        """The answer has neither a length nor chunks: its body ends when the server closes."""
         self._keep_alive = False
         """Both sides keep the connection open after this answer (read with the head: the parser forgets it)."""
         self.closed = False
@@ -75,7 +75,7 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self._parser is None or self._complete:
             return
-        if self._until_close and self._head_done:
+        if self._head_done and not self._framed:  # the body ended with the connection, as it had to
             self.on_message_complete()
         elif exc is not None:
             self._fail(httpx.ReadError(str(exc) or type(exc).__name__))
@@ -100,15 +100,14 @@ class _Connection(asyncio.Protocol):
         self._reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+        if name.lower() in _FRAMING:
+            self._framed = True
 
     def on_headers_complete(self) -> None:
         assert self._parser is not None
         if self._parser.get_status_code() < 200:  # an interim answer (100 Continue): the real one follows
-            self._reason, self._headers = b"", []
+            self._reason, self._framed = b"", False
             return
-        names = {name.lower() for name, _ in self._headers}
-        self._until_close = b"content-length" not in names and b"transfer-encoding" not in names
         self._keep_alive = self._parser.should_keep_alive()
         self._head_done = True
         self._wake()
@@ -132,7 +131,7 @@ class _Connection(asyncio.Protocol):
         `next_part`."""
         assert self._transport is not None
         self._parser = httptools.HttpResponseParser(self)
-        self._reason, self._headers, self._head_done, self._complete = b"", [], False, False
+        self._reason, self._framed, self._head_done, self._complete = b"", False, False, False
         self._transport.write(request)
         await self._drained(timeouts.get("write"))
         while not self._head_done:

@@ -13,7 +13,7 @@ import httpx
 from rollbox import errors
 from rollbox.client import _calls as calls
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Answer, Settings, connection_failed, error_from
-from rollbox.client._transport import PoolTransport
+from rollbox.client._transport import PoolTransport, Reply
 from rollbox.client.models import ApplyEvent, Health
 from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
 from rollbox.node.models import ClaimInfo, TemplateInfo, WarmPoolInfo
@@ -120,9 +120,7 @@ class AsyncSandboxClient:
         routing, redirects, auth and cookies, and its request and response models, would only cost CPU."""
         request = self._settings.written(call.method, call.path, params=call.params, content=call.body,
                                          headers=call.headers)
-        reply = await self._transport.send(request, self._settings.timeouts(call.wait))
-        content = await reply.read()
-        return Answer(call.method, call.path, reply.status_code, reply.reason_phrase, content)
+        return await _answer(call, await self._transport.send(request, self._settings.timeouts(call.wait)))
 
     async def _stream(self, call: calls.StreamCall[T]) -> T:
         request = self._settings.written(call.method, call.path, content=call.body, headers=calls.JSON)
@@ -130,8 +128,7 @@ class AsyncSandboxClient:
             reply = await self._transport.send(request, self._settings.timeouts(call.wait))
             try:
                 if not reply.is_success:
-                    content = await reply.read()
-                    raise error_from(Answer(call.method, call.path, reply.status_code, reply.reason_phrase, content))
+                    raise error_from(await _answer(call, reply))
                 answer = call.answer()
                 async for line in reply.lines():
                     answer.feed(line)
@@ -149,6 +146,11 @@ class AsyncSandboxClient:
 
     async def __aexit__(self, *_: object) -> None:
         await self.close()
+
+
+async def _answer(call: calls.Call[T] | calls.StreamCall[T], reply: Reply) -> Answer:
+    """The reply read whole, as the calls read answers."""
+    return Answer(call.method, call.path, reply.status_code, reply.reason_phrase, await reply.read())
 
 
 class Claiming:
