@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rollbox.engine import Engine, Sandbox
+from rollbox.engine.files import MAX_DEPTH
 from rollbox.errors import InvalidPath, InvalidRequest, RollboxError
 from rollbox.models import FileInfo
 
@@ -357,3 +358,40 @@ def test_tar_slip_on_the_trainers_side(tmp_path_factory: pytest.TempPathFactory)
     dest = tmp_path_factory.mktemp("download")
     _archive.unpack(_tar((setuid, b"#!/bin/sh\n")), dest)
     assert (dest / "tool").stat().st_mode & 0o7000 == 0, "a setuid bit survived unpacking"
+
+
+NEST = """python3 - <<'EOF'
+import os
+os.chdir("/home/user")
+for top, depth in (("deep", DEPTH), ("deeper", DEPTH + 1)):
+    os.mkdir(top)
+    os.chdir(top)
+    for _ in range(depth):
+        os.mkdir("d")
+        os.chdir("d")
+    open("leaf", "w").write("leaf")
+    os.chdir("/home/user")
+print("nested")
+EOF"""
+
+
+def test_directories_nested_deeper_than_the_hosts_stack(box: Sandbox) -> None:
+    """A sandbox nests directories past Python's recursion limit and PATH_MAX: the host-side walks of
+    download_tar and a recursive remove go to MAX_DEPTH levels and refuse a deeper tree with a clear
+    error, never a crash of the server's call; the sandbox's own files stay as they were."""
+    made = box.exec(NEST.replace("DEPTH", str(MAX_DEPTH)), timeout=60)
+    assert made.stdout == "nested\n", made
+
+    with tarfile.open(fileobj=io.BytesIO(box.files.download_tar("deep"))) as tar:
+        names = tar.getnames()
+    assert len(names) == MAX_DEPTH + 1
+    assert max(names, key=len) == "/".join(["d"] * MAX_DEPTH + ["leaf"])
+
+    for call in (box.files.download_tar, lambda path: box.files.remove(path, recursive=True)):
+        with pytest.raises(InvalidRequest, match=f"more than {MAX_DEPTH} levels deep"):
+            call("deeper")
+    assert box.exec("find /home/user/deeper -name leaf | wc -l").stdout == "1\n"
+
+    box.files.remove("deep", recursive=True)
+    assert not box.files.exists("deep")
+    assert box.exec("echo alive").stdout == "alive\n"

@@ -27,6 +27,8 @@ _SYS_OPENAT2 = 437
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10
 _MAX_PATH = 4096
+MAX_DEPTH = 1024
+"""Levels of directories below its target that a recursive files call walks."""
 
 
 class _OpenHow(ctypes.Structure):
@@ -216,7 +218,7 @@ class SandboxFiles:
                 if not stat.S_ISDIR(info.st_mode):
                     os.unlink(name, dir_fd=parent)
                 elif recursive:
-                    _remove_tree_at(parent, name)
+                    _remove_tree_at(parent, name, path)
                 else:
                     os.rmdir(name, dir_fd=parent)
             except OSError as error:
@@ -264,29 +266,28 @@ class SandboxFiles:
         buffer = io.BytesIO()
         total = 0
         with self._open(path, os.O_RDONLY | os.O_DIRECTORY) as top, tarfile.open(fileobj=buffer, mode="w") as tar:
-            for directory, _subdirs, files, dir_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
-                for name in (*_subdirs, *files):
-                    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                    member = tarfile.TarInfo(os.path.normpath(f"{directory}/{name}"))
-                    member.mode, member.mtime = info.st_mode & 0o7777, info.st_mtime
-                    if stat.S_ISDIR(info.st_mode):
-                        member.type = tarfile.DIRTYPE
-                        tar.addfile(member)
-                    elif stat.S_ISLNK(info.st_mode):
-                        member.type, member.linkname = tarfile.SYMTYPE, os.readlink(name, dir_fd=dir_fd)
-                        tar.addfile(member)
-                    elif stat.S_ISREG(info.st_mode):
-                        total += info.st_size
-                        if total > self.max_upload:
-                            raise TooLarge(f"{path} holds more than the {self.max_upload}-byte limit")
-                        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                                     dir_fd=dir_fd)
-                        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO after the stat
-                            os.close(fd)
-                            continue
-                        with os.fdopen(fd, "rb") as handle:
-                            member.size = info.st_size
-                            tar.addfile(member, handle)
+            for dir_fd, directory, name, info in _walk(top, path):
+                if info is None:
+                    continue
+                member = tarfile.TarInfo(os.path.normpath(f"{directory}/{name}"))
+                member.mode, member.mtime = info.st_mode & 0o7777, info.st_mtime
+                if stat.S_ISDIR(info.st_mode):
+                    member.type = tarfile.DIRTYPE
+                    tar.addfile(member)
+                elif stat.S_ISLNK(info.st_mode):
+                    member.type, member.linkname = tarfile.SYMTYPE, os.readlink(name, dir_fd=dir_fd)
+                    tar.addfile(member)
+                elif stat.S_ISREG(info.st_mode):
+                    total += info.st_size
+                    if total > self.max_upload:
+                        raise TooLarge(f"{path} holds more than the {self.max_upload}-byte limit")
+                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO after the stat
+                        os.close(fd)
+                        continue
+                    with os.fdopen(fd, "rb") as handle:
+                        member.size = info.st_size
+                        tar.addfile(member, handle)
         return buffer.getvalue()
 
 
@@ -297,18 +298,60 @@ def _open_tar(archive: bytes) -> tarfile.TarFile:
         raise InvalidRequest(f"not a tar archive: {error}") from None
 
 
-def _remove_tree_at(parent: int, name: str) -> None:
+def _remove_tree_at(parent: int, name: str, path: str) -> None:
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
     try:
-        for entry in os.listdir(fd):
-            info = os.stat(entry, dir_fd=fd, follow_symlinks=False)
-            if stat.S_ISDIR(info.st_mode):
-                _remove_tree_at(fd, entry)
-            else:
-                os.unlink(entry, dir_fd=fd)
+        for dir_fd, _, entry, info in _walk(fd, path):
+            if info is None:
+                os.rmdir(entry, dir_fd=dir_fd)
+            elif not stat.S_ISDIR(info.st_mode):
+                os.unlink(entry, dir_fd=dir_fd)
     finally:
         os.close(fd)
     os.rmdir(name, dir_fd=parent)
+
+
+def _walk(top: int, path: str) -> Iterator[tuple[int, str, str, os.stat_result | None]]:
+    """Every entry below directory `top`, parents first, as (its directory's descriptor, that directory
+    relative to `top`, name, lstat); once a directory's entries are all given, the directory comes
+    again with None instead of its lstat (then it can be removed).
+
+    A sandbox can nest directories deeper than Python's stack or the host's PATH_MAX: the walk is a
+    loop over one descriptor per level, never a path and never `..`, and it stops at MAX_DEPTH levels
+    so that one call cannot take the server's descriptors.
+    """
+    frames: list[tuple[int, str, str, Iterator[str]]] = [(top, ".", "", iter(os.listdir(top)))]
+    try:
+        while frames:
+            fd, directory, own_name, names = frames[-1]
+            name = next(names, None)
+            if name is None:
+                frames.pop()
+                if frames:
+                    os.close(fd)
+                    yield frames[-1][0], frames[-1][1], own_name, None
+                continue
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            yield fd, directory, name, info
+            if stat.S_ISDIR(info.st_mode):
+                if len(frames) > MAX_DEPTH:
+                    raise InvalidRequest(f"{path}: directories nest more than {MAX_DEPTH} levels deep, where the "
+                                         "files API stops; run a command in the sandbox for this tree (rm, tar)")
+                child, listed = _listed(fd, name)
+                frames.append((child, f"{directory}/{name}", name, listed))
+    finally:
+        for fd, *_ in frames[1:]:
+            os.close(fd)
+
+
+def _listed(parent: int, name: str) -> tuple[int, Iterator[str]]:
+    """Opens directory `name` (not through a symlink) and lists it."""
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        return fd, iter(os.listdir(fd))
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _info(path: str, name: str, info: os.stat_result, target: str | None) -> FileInfo:
