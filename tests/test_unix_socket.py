@@ -71,8 +71,12 @@ def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_pat
         assert asyncio.run(claim_async()).strip()
     finally:
         server.close()
-        teardown_engine(Engine(tmp_path / "data"))
+        engine = Engine(tmp_path / "data")
+        left = [str(directory) for pattern in (f"rollbox/{engine.id}", f"*/rollbox/{engine.id}")
+                for directory in Path("/sys/fs/cgroup").glob(pattern)]  # v2, then v1's hierarchies
+        teardown_engine(engine)
     assert not os.path.exists(os.path.dirname(path)), "closing the server removes its socket's directory"
+    assert left == [], "closing the server leaves no cgroup directory of its engine behind"
 
 
 async def answer(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -111,6 +111,13 @@ class Cgroups:
         for directory in self._all_dirs(self.path_for(name)):
             _rmdir_tree(directory)
 
+    def prune(self) -> None:
+        """Removes this engine's own directories where they are empty: a data directory deleted after
+        its sandboxes leaves nothing in the hierarchy, and a sandbox made later makes them again."""
+        for directory in self._all_dirs(self.parent):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
     def remove_all(self) -> None:
         for directory in self._all_dirs(self.parent):
             _rmdir_tree(directory)

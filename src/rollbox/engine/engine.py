@@ -555,6 +555,7 @@ class Engine:
         for name, *_ in self.store.snapshots():
             self.store.delete_snapshot(name)
         self.collect_layers()
+        self.cgroups.prune()
 
     def destroy(self) -> None:
         """Removes everything of this engine from the machine: sandboxes, snapshots, and then any
