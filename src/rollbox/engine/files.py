@@ -17,6 +17,7 @@ import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from rollbox.errors import Conflict, FileNotFound, InvalidPath, InvalidRequest, TooLarge
 from rollbox.models import FileInfo
@@ -27,6 +28,8 @@ _SYS_OPENAT2 = 437
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_IN_ROOT = 0x10
 _MAX_PATH = 4096
+_SUBDIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+"""How a walk opens a directory it found by name: never through a symlink swapped in for it."""
 MAX_DEPTH = 1024
 """Levels of directories below its target that a recursive files call walks."""
 
@@ -299,7 +302,7 @@ def _open_tar(archive: bytes) -> tarfile.TarFile:
 
 
 def _remove_tree_at(parent: int, name: str, path: str) -> None:
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    fd = os.open(name, _SUBDIRECTORY, dir_fd=parent)
     try:
         for dir_fd, _, entry, info in _walk(fd, path):
             if info is None:
@@ -311,6 +314,15 @@ def _remove_tree_at(parent: int, name: str, path: str) -> None:
     os.rmdir(name, dir_fd=parent)
 
 
+class _Level(NamedTuple):
+    """One directory of a walk's current path: its descriptor, where it is, its name, its entries still to give."""
+
+    fd: int
+    directory: str
+    name: str
+    names: Iterator[str]
+
+
 def _walk(top: int, path: str) -> Iterator[tuple[int, str, str, os.stat_result | None]]:
     """Every entry below directory `top`, parents first, as (its directory's descriptor, that directory
     relative to `top`, name, lstat); once a directory's entries are all given, the directory comes
@@ -320,35 +332,34 @@ def _walk(top: int, path: str) -> Iterator[tuple[int, str, str, os.stat_result |
     loop over one descriptor per level, never a path and never `..`, and it stops at MAX_DEPTH levels
     so that one call cannot take the server's descriptors.
     """
-    frames: list[tuple[int, str, str, Iterator[str]]] = [(top, ".", "", iter(os.listdir(top)))]
+    levels = [_Level(top, ".", "", iter(os.listdir(top)))]
     try:
-        while frames:
-            fd, directory, own_name, names = frames[-1]
-            name = next(names, None)
+        while levels:
+            level = levels[-1]
+            name = next(level.names, None)
             if name is None:
-                frames.pop()
-                if frames:
-                    os.close(fd)
-                    yield frames[-1][0], frames[-1][1], own_name, None
+                levels.pop()
+                if levels:
+                    os.close(level.fd)
+                    yield levels[-1].fd, levels[-1].directory, level.name, None
                 continue
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            yield fd, directory, name, info
+            info = os.stat(name, dir_fd=level.fd, follow_symlinks=False)
+            yield level.fd, level.directory, name, info
             if stat.S_ISDIR(info.st_mode):
-                if len(frames) > MAX_DEPTH:
+                if len(levels) > MAX_DEPTH:
                     raise InvalidRequest(f"{path}: directories nest more than {MAX_DEPTH} levels deep, where the "
                                          "files API stops; run a command in the sandbox for this tree (rm, tar)")
-                child, listed = _listed(fd, name)
-                frames.append((child, f"{directory}/{name}", name, listed))
+                levels.append(_opened(level, name))
     finally:
-        for fd, *_ in frames[1:]:
-            os.close(fd)
+        for level in levels[1:]:
+            os.close(level.fd)
 
 
-def _listed(parent: int, name: str) -> tuple[int, Iterator[str]]:
-    """Opens directory `name` (not through a symlink) and lists it."""
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+def _opened(parent: _Level, name: str) -> _Level:
+    """The level of `parent`'s subdirectory `name` (opened not through a symlink), listed."""
+    fd = os.open(name, _SUBDIRECTORY, dir_fd=parent.fd)
     try:
-        return fd, iter(os.listdir(fd))
+        return _Level(fd, f"{parent.directory}/{name}", name, iter(os.listdir(fd)))
     except BaseException:
         os.close(fd)
         raise

@@ -33,10 +33,10 @@ _FSMOUNT_CLOEXEC = 1
 _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x2, 0x4
 _OPTION_PAGE = 4000
 _AT_FDCWD, _AT_SYMLINK_NOFOLLOW, _AT_NO_AUTOMOUNT = -100, 0x100, 0x800
-_STATX_SIZE, _STATX_ATTRIBUTES, _STATX_MODE, _STATX_KNOWN = 256, 8, 28, 56
-"""struct statx: its size and the offsets of stx_attributes, stx_mode and stx_attributes_mask."""
+_STATX_SIZE = 256
+_STATX_FIELDS = struct.Struct("=8xQ12xH26xQ")
+"""struct statx's stx_attributes (offset 8), stx_mode (28) and stx_attributes_mask (56)."""
 _STATX_ATTR_MOUNT_ROOT = 0x2000
-_U64, _U16 = struct.Struct("=Q"), struct.Struct("=H")
 WALK_BUDGET = 64
 """Entries `mounted_under` checks before it reads the mount table instead (~10 µs each)."""
 _OVERLAY_OPTIONS = {"redirect_dir": "off", "index": "off", "metacopy": "off", "xino": "off"}
@@ -155,8 +155,7 @@ def _statx(path: str | Path) -> tuple[int, bool]:
     buffer = ctypes.create_string_buffer(_STATX_SIZE)
     _check(_libc.statx(_AT_FDCWD, str(path).encode(), _AT_SYMLINK_NOFOLLOW | _AT_NO_AUTOMOUNT, 0, buffer),
            f"statx {path}")
-    attributes, known = _U64.unpack_from(buffer, _STATX_ATTRIBUTES)[0], _U64.unpack_from(buffer, _STATX_KNOWN)[0]
-    mode = _U16.unpack_from(buffer, _STATX_MODE)[0]
+    attributes, mode, known = _STATX_FIELDS.unpack_from(buffer)
     if not known & _STATX_ATTR_MOUNT_ROOT:
         return mode, os.path.ismount(path)
     return mode, bool(attributes & _STATX_ATTR_MOUNT_ROOT)
