@@ -426,6 +426,46 @@ async def warm_claims(client: Client, control: Control, plan: Plan, server: int 
     return figures
 
 
+async def turnover(client: Client, control: Control, plan: Plan, server: int | None, progress: Progress) -> Figures:
+    """An RL step's turnover: each client lets go of the sandbox it holds, claims a new one and runs a command in
+    it (which tells a warm sandbox from a cold start), all at once, so that the claims meet the deletions just
+    asked for and the refill of the pool they drain. The warm-claim phase settles the node before every round
+    and so times claims alone; this is what a trainer meets between two steps. The latency is the claim's; rate
+    and CPU are per step (delete, claim, command). The node settles between rounds, which end before the pool
+    runs dry."""
+    concurrency = turnover_clients(plan)
+    steps = max(1, plan.pool // concurrency - 2)
+    rounds = max(1, plan.claims // (steps * concurrency))
+    tally = Tally(server)
+    task = progress.add_task(f"claim x {concurrency} clients, each after a delete, {client.label}",
+                             total=rounds * steps * concurrency)
+
+    async def worker(handle: Any) -> Any:
+        for _ in range(steps):
+            await client.delete(handle)
+            sent = time.perf_counter()
+            latency, handle = await timed(client.claim(NAME))
+            [cold] = await cold_claims(client, [(handle, sent)])
+            (tally.cold if cold else tally.latencies).append(latency)
+            progress.advance(task)
+        return handle
+
+    await client.connect(concurrency)
+    for _ in range(rounds):
+        await control.settle()
+        held = await bounded([client.claim(NAME) for _ in range(concurrency)])
+        with tally.timing():
+            held = await asyncio.gather(*(worker(handle) for handle in held))
+        await release(client, held)
+    await control.settle()
+    return {f"claim_turnover_{client.name}": {**tally.figures(), "clients": concurrency}}
+
+
+def turnover_clients(plan: Plan) -> int:
+    """Clients of the turnover phase: 64, or fewer for a pool too small to serve two steps of them and more."""
+    return min(CONCURRENCY[-1], plan.pool // 3)
+
+
 async def floor_claims(plan: Plan, progress: Progress, unix: bool) -> Figures:
     """The raw client's claim request at 64 clients, answered by http_floor's constant app instead of the router,
     on a loopback port or a unix socket."""
@@ -623,7 +663,7 @@ async def through_router(url: str, token: str | None, plan: Plan, server: int | 
         for unix in (False, True):
             figures.update(await floor_claims(plan, progress, unix))
         await control.apply(plan.pool)
-        for phase in (warm_claims, python_fresh):
+        for phase in (warm_claims, turnover, python_fresh):
             for client in clients:
                 figures.update(await phase(client, control, plan, server, progress))
         figures.update(await round_trips(clients, box, plan, server, progress))
@@ -676,6 +716,8 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
               "python_fresh": f"python3 print(1), a fresh sandbox each (claim, exec, delete), {workers} clients",
               "burst": f"burst of {plan.burst} claims, pool of {plan.burst}",
               **{f"claim_c{c}": f"warm claim, {c} clients back to back" for c in CONCURRENCY},
+              "claim_turnover": f"warm claim right after a delete, {turnover_clients(plan)} clients "
+                                "at once (an RL step's turnover: deletions and refill under way)",
               f"http_floor_c{CONCURRENCY[-1]}": f"HTTP floor: a constant answer from a bare ASGI app on uvicorn, "
                                                 f"{CONCURRENCY[-1]} clients back to back, loopback TCP",
               f"http_floor_unix_c{CONCURRENCY[-1]}": "HTTP floor as above, on a unix socket"}

@@ -38,7 +38,8 @@ def test_quick_benchmark_prints_every_figure_as_json() -> None:
 
 SERVER_BENCH = BENCH.parent / "server.py"
 MEASUREMENTS = {f"{phase}_{client}" for client in ("raw", "sdk") for phase in (
-    "claim_c1", "claim_c16", "claim_c64", "exec_true", "exec_load", "python_reuse", "python_isolated", "burst")}
+    "claim_c1", "claim_c16", "claim_c64", "claim_turnover", "exec_true", "exec_load", "python_reuse",
+    "python_isolated", "burst")}
 """Each phase through both clients: latencies, rate, CPU per operation of the server and the client."""
 
 
