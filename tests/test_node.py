@@ -21,7 +21,7 @@ from rollbox.errors import (
     SandboxNotRunning,
     TemplateNotFound,
 )
-from rollbox.node import ClaimRequest, ExecRequest, LocalNode, pools
+from rollbox.node import ClaimRequest, ExecRequest, LocalNode, local, pools
 from rollbox.spec import SandboxTemplate, SandboxWarmPool, parse_resource
 from tests.attack_support import cgroup_value
 from tests.conftest import BASIC, make_engine, teardown_engine, template_for
@@ -444,3 +444,41 @@ async def test_sandboxes_deleted_behind_the_nodes_back_are_forgotten(node: Local
         return await node.claims("alice") == [] and (await node.health())["sandboxes"] == 1
     await until(forgotten)
     await filled(node)
+
+
+async def test_deletions_wait_for_claims_to_pause_but_not_for_room(node: LocalNode, engine: Engine,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sandbox deleted during a stream of claims goes once the stream pauses, or after DELETE_HOLD_MAX while it
+    goes on; a claim that waits for the room it frees does not wait for the stream."""
+    monkeypatch.setattr(local, "DELETE_QUIET", 1.0)  # wide margins: a loaded machine still streams in time
+    monkeypatch.setattr(local, "DELETE_HOLD_MAX", 4.0)
+    first, second = [await node.claim("alice", ClaimRequest(template="basic")) for _ in range(2)]
+    sandboxes = [node._claims[claim.id].sandbox_id for claim in (first, second)]
+    streaming = True
+
+    async def stream() -> None:  # claims that fail at once count as claims all the same
+        while streaming:
+            with pytest.raises(TemplateNotFound):
+                await node.claim("bob", ClaimRequest(template="no-such-template"))
+            await anyio.sleep(0.02)
+
+    def exists(sandbox_id: str) -> bool:
+        return any(sandbox.id == sandbox_id for sandbox in engine.list())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(stream)
+        await anyio.sleep(0.1)
+        started = time.monotonic()
+        await node.delete("alice", first.id)
+        await anyio.sleep(2.0)
+        assert exists(sandboxes[0]), "deleted while claims kept coming"
+        await until(lambda: anyio.to_thread.run_sync(lambda: not exists(sandboxes[0])))
+        assert time.monotonic() - started < 15, "held past DELETE_HOLD_MAX"
+        node.max_sandboxes = node._count  # full: the next claim waits for the deletion below
+        await node.delete("alice", second.id)
+        started = time.monotonic()
+        claim = await node.claim("alice", ClaimRequest(template="basic"))
+        assert time.monotonic() - started < 3.0, "a claim waiting for room waited for the stream"
+        streaming = False
+    assert not exists(sandboxes[1])
+    await node.delete("alice", claim.id)

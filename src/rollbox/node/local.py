@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import secrets
 import threading
 import time
@@ -48,6 +49,14 @@ FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 MAX_FORK = 64
 ROOM_WAIT = 10.0
 RECONCILE_EVERY = 5.0
+DELETE_QUIET = 0.1
+"""Seconds without a claim before a background deletion starts. An RL trainer deletes a step's sandboxes and
+claims the next step's at once: deleting meanwhile took the CPU from the claims (measured at 64 clients:
+p50 30-45 ms, against 13 ms with deletions held back and at DELETE_NICE)."""
+DELETE_HOLD_MAX = 1.0
+"""Seconds a deletion waits for claims to pause at most, so that a steady stream of claims still frees room."""
+DELETE_NICE = 10
+"""Scheduling priority of the deletion threads (and of the runtime calls they make): below the event loop's."""
 
 
 class LocalNode:
@@ -77,7 +86,12 @@ class LocalNode:
         # every one down. Deleting gets its own workers so that freed room comes back while starts queue.
         self._starts = threading.BoundedSemaphore(cold_starts)
         self._starter = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rollbox-refill")
-        self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rollbox-delete")
+        self._deleter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rollbox-delete",
+                                           initializer=_lower_priority, initargs=(DELETE_NICE,))
+        self._last_claim = 0.0
+        """Monotonic time of the last claim, which holds background deletions back (DELETE_QUIET)."""
+        self._wanting_room = 0
+        """Callers waiting for deletions to free room: deletions then start at once."""
         self._closed = threading.Event()
         self._exits = ExitWatch(self._stopped)
         self._recover()
@@ -208,6 +222,7 @@ class LocalNode:
 
     async def claim(self, tenant: str, request: ClaimRequest) -> ClaimInfo:
         """Takes a warm sandbox on the event loop (microseconds); only a cold start goes to a thread."""
+        self._last_claim = time.monotonic()
         template = self._claim_template(request)
         snapshot = _snapshot_key(tenant, request.snapshot) if request.snapshot else None
         self._take_quota(tenant, 1)
@@ -524,7 +539,11 @@ class LocalNode:
                 if not wait or not self._deleting or left <= 0:
                     raise CapacityExceeded(f"this node is at its maximum of {self.max_sandboxes} sandboxes: "
                                            "delete sandboxes or warm pools, or retry later")
-                self._room.wait(left)
+                self._wanting_room += 1
+                try:
+                    self._room.wait(left)
+                finally:
+                    self._wanting_room -= 1
             self._count += count
 
     def _reserve_or_evict(self) -> None:
@@ -572,6 +591,7 @@ class LocalNode:
     def _delete_later(self, sandbox_id: str) -> None:
         def delete() -> None:
             try:
+                self._hold_for_claims()
                 self._delete_now(sandbox_id)
             finally:
                 self._release(1, deleted=True)
@@ -583,6 +603,15 @@ class LocalNode:
             self._deleter.submit(delete)
         except RuntimeError:  # closing: delete it here
             delete()
+
+    def _hold_for_claims(self) -> None:
+        """Waits until no claim came for DELETE_QUIET seconds, at most DELETE_HOLD_MAX, unless a caller waits for
+        the room a deletion frees or the node closes."""
+        deadline = time.monotonic() + DELETE_HOLD_MAX
+        while not self._wanting_room:
+            wait = min(self._last_claim + DELETE_QUIET, deadline) - time.monotonic()
+            if wait <= 0 or self._closed.wait(min(wait, DELETE_QUIET)):
+                return
 
     def _delete_now(self, sandbox_id: str) -> None:
         try:
@@ -758,6 +787,11 @@ class _ClaimWriter:
         for future in waiting:
             if not future.done():
                 future.set_result(None)
+
+
+def _lower_priority(nice: int) -> None:
+    """Lowers the calling thread's CPU priority (Linux schedules threads one by one); its children inherit it."""
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
 
 
 def _gone(claim_id: str) -> SandboxNotFound:
