@@ -38,7 +38,7 @@ from rollbox.errors import (
 from rollbox.models import ExecResult, SandboxStats, SnapshotInfo
 from rollbox.node.base import FileOp, OutputCallback
 from rollbox.node.models import ApplyStatus, ClaimInfo, ClaimRequest, ExecRequest, TemplateInfo, WarmPoolInfo
-from rollbox.node.pools import WarmPool
+from rollbox.node.pools import REFILL_QUIET, WarmPool
 from rollbox.node.store import Claim, NodeStore
 from rollbox.node.watch import ExitWatch
 from rollbox.spec import Metadata, Resource, SandboxTemplate, SandboxWarmPool
@@ -49,10 +49,10 @@ FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 MAX_FORK = 64
 ROOM_WAIT = 10.0
 RECONCILE_EVERY = 5.0
-DELETE_QUIET = 0.1
-"""Seconds without a claim before a background deletion starts. An RL trainer deletes a step's sandboxes and
-claims the next step's at once: deleting meanwhile took the CPU from the claims (measured at 64 clients:
-p50 30-45 ms, against 13 ms with deletions held back and at DELETE_NICE)."""
+DELETE_QUIET = REFILL_QUIET
+"""Seconds without a claim before a background deletion starts, as before a pool's refill. An RL trainer
+deletes a step's sandboxes and claims the next step's at once: deleting meanwhile took the CPU from the
+claims (bench/server.py's turnover at 64 clients: p50 30-46 ms, 11 ms with deletions held back at DELETE_NICE)."""
 DELETE_HOLD_MAX = 1.0
 """Seconds a deletion waits for claims to pause at most, so that a steady stream of claims still frees room."""
 DELETE_NICE = 10
