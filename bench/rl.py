@@ -32,6 +32,7 @@ from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.fusion import fusion_app
 from rollbox.rl.local import LocalServer
 from rollbox.rl.tasks import load_tasks
+from rollbox.server.capability import SecretPath, new_key
 from rollbox.server.threaded import ThreadServer
 from server import TICKS, cpu_seconds, server_pid
 
@@ -94,11 +95,12 @@ async def episodes(url: str, quick: bool, concurrency: int) -> dict[str, Any]:
 async def run_code(url: str, quick: bool, concurrency: int, isolation: str) -> dict[str, Any]:
     async with AsyncSandboxClient(url) as client, AsyncSandboxClient(url) as gateway_client:
         await client.apply(FUSION_POOL)
-        # the gateway's own client (it runs on the server thread's event loop), on a loopback port as
-        # SandboxFusion's clients reach it
+        # the gateway's own client (it runs on the server thread's event loop), on a loopback port under its
+        # key, as SandboxFusion's clients reach it
+        key = new_key()
         app = fusion_app(gateway_client, warmpool="fusion-bench", isolation=isolation)  # type: ignore[arg-type]
-        with ThreadServer(app, tcp=True) as gateway:
-            async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        with ThreadServer(SecretPath(app, key), tcp=True) as gateway:
+            async with httpx.AsyncClient(base_url=f"{gateway.url}/{key}", timeout=60) as http:
                 gate = asyncio.Semaphore(concurrency)
                 latencies: list[float] = []
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import errno
+import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -17,7 +19,8 @@ import httpx
 import pytest
 
 from rollbox.client import AsyncSandboxClient
-from rollbox.rl.fusion import fusion_app
+from rollbox.rl.fusion import KEY_ENV, fusion_app
+from rollbox.server.capability import SecretPath, new_key
 from rollbox.server.threaded import ThreadServer
 from tests.rl_support import rl_server
 from tests.test_unix_socket import NOBODY, connect_as
@@ -33,9 +36,11 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module", params=["isolated", "fresh"])
 def endpoint(router: str, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The gateway on a free port, in front of a real router, with each kind of isolation."""
-    with ThreadServer(fusion_app(AsyncSandboxClient(router), isolation=request.param), tcp=True) as gateway:
-        yield gateway.url
+    """The gateway on a free port under its secret path, in front of a real router, with each kind of isolation."""
+    key = new_key()
+    app = SecretPath(fusion_app(AsyncSandboxClient(router), isolation=request.param), key)
+    with ThreadServer(app, tcp=True) as gateway:
+        yield f"{gateway.url}/{key}"
 
 
 def run(endpoint: str, **request: object) -> fusion.RunCodeResponse:
@@ -44,6 +49,14 @@ def run(endpoint: str, **request: object) -> fusion.RunCodeResponse:
 
 def test_ping(endpoint: str) -> None:
     assert httpx.get(f"{endpoint}/v1/ping").json() == "pong"
+
+
+def test_nothing_answers_without_the_key(endpoint: str) -> None:
+    """Whoever reaches the port but lacks the key runs nothing (tests/test_capability.py attacks the key itself)."""
+    origin = endpoint.rpartition("/")[0]
+    assert httpx.get(f"{origin}/v1/ping").status_code == 404
+    answer = httpx.post(f"{origin}/run_code", json={"code": "print(1)", "language": "python"})
+    assert answer.status_code == 404 and "Success" not in answer.text
 
 
 def test_run_code_like_sandbox_fusion(endpoint: str) -> None:
@@ -100,9 +113,9 @@ def test_concurrent_requests_in_one_sandbox_stay_apart(endpoint: str) -> None:
     assert "sleep" not in run(endpoint, code="ps -eo args", language="bash").run_result.stdout
 
 
-def pinged(http: httpx.Client) -> bool:
+def pinged(http: httpx.Client, url: str = "http://gateway/v1/ping") -> bool:
     try:
-        return http.get("http://gateway/v1/ping").json() == "pong"
+        return http.get(url).json() == "pong"
     except httpx.TransportError:
         return False
 
@@ -136,3 +149,43 @@ def test_the_gateway_alone_on_a_socket_serves_only_its_user(router: str, tmp_pat
     done = subprocess.run([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--socket",
                            str(tmp_path / "notes.txt")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "not a socket" in done.stderr and "Traceback" not in done.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_gateway_alone_on_tcp_answers_only_under_the_key_it_prints(router: str) -> None:
+    """`python -m rollbox.rl.fusion --port P`: its clients send no token, so it serves under a random key it prints."""
+    port = free_port()
+    gateway = subprocess.Popen([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={k: v for k, v in os.environ.items() if k != KEY_ENV})
+    try:
+        assert gateway.stdout is not None
+        line = gateway.stdout.readline()
+        endpoint = line.split()[2]
+        assert endpoint.startswith(f"http://127.0.0.1:{port}/") and len(endpoint.rpartition("/")[2]) >= 32, line
+        with httpx.Client(base_url=endpoint) as http:
+            deadline = time.monotonic() + 30
+            while not pinged(http, "/v1/ping"):
+                assert gateway.poll() is None, gateway.communicate()
+                assert time.monotonic() < deadline, "the gateway never answered"
+                time.sleep(0.1)
+            answer = http.post("/run_code", json={"code": "print(6 * 7)", "language": "python"}).json()
+        assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/ping").status_code == 404
+        gateway.send_signal(signal.SIGTERM)
+        assert gateway.wait(timeout=30) == 0, gateway.communicate()
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.wait()
+
+
+def test_a_short_key_is_refused(router: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, KEY_ENV: "guessable"})
+    assert done.returncode == 1 and "at least 16 characters" in done.stderr and "Traceback" not in done.stderr

@@ -6,7 +6,8 @@ runs as an isolated command (a throw-away copy of a sandbox the gateway holds, d
 of a few shared sandboxes (`isolation="isolated"`); `isolation="fresh"` gives every request a new
 sandbox, at the cost of a container start and stop per request. It reaches the router through the
 SDK, so it runs next to the server (`app.mount("/fusion", fusion_app(client))`, then the endpoint
-is `http://router/fusion`) or on its own (`python -m rollbox.rl.fusion --url ROUTER`).
+is `http://router/fusion`) or on its own (`python -m rollbox.rl.fusion --url ROUTER`), where on TCP it
+answers only under a secret path, `http://127.0.0.1:8081/<key>`: its clients send no token.
 Not supported: languages other than python and bash, `memory_limit_MB` (the template's limits
 apply), and compile steps.
 """
@@ -17,6 +18,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import os
 import posixpath
 import shlex
 import uuid
@@ -33,6 +35,7 @@ from starlette.routing import Route
 from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import RollboxError
 from rollbox.rl.validation import describe
+from rollbox.server.capability import SecretPath, new_key
 
 RUN_DIR = "/tmp"
 """Where a request's code and files go, and its working directory: its own in either isolation."""
@@ -40,6 +43,8 @@ LANGUAGES = {"python": ("main.py", "python3 main.py"), "bash": ("main.sh", "bash
 """Language -> (file the code is written to, command that runs it)."""
 RUNS_PER_SANDBOX = 8
 """Isolated requests one shared sandbox runs at once (its CPU, memory and process limits are theirs)."""
+KEY_ENV = "ROLLBOX_FUSION_KEY"
+"""The standalone gateway's key (see rollbox.server.capability), kept across restarts so trainers' URLs stay."""
 
 
 class RunCodeRequest(BaseModel):
@@ -234,18 +239,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--isolation", choices=("isolated", "fresh"), default="isolated")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081)
+    parser.add_argument("--key", default=os.environ.get(KEY_ENV),
+                        help=f"the secret first path segment of the endpoint (env {KEY_ENV}); on TCP a random one "
+                             "when not given, printed at start")
     parser.add_argument("--socket", type=Path, metavar="PATH",
                         help="listen on this unix socket (mode 0600: your user only) instead of --host and --port")
     args = parser.parse_args(argv)
-    app: Any = fusion_app(AsyncSandboxClient(args.url, args.token), template=args.template, warmpool=args.warmpool,
-                          isolation=args.isolation)
-    exit_on_sigterm()
     try:
+        app: Any = fusion_app(AsyncSandboxClient(args.url, args.token), template=args.template,
+                              warmpool=args.warmpool, isolation=args.isolation)
+        key = args.key or (None if args.socket else new_key())
+        if key is not None:
+            app = SecretPath(app, key)
+        if args.socket is None:
+            host = f"[{args.host}]" if ":" in args.host else args.host
+            print(f"SandboxFusion endpoint: http://{host}:{args.port}/{key} (a secret: whoever has it runs code "
+                  "with this gateway's router token)", flush=True)
+        exit_on_sigterm()
         with listening(args.socket) as listener:
             run_app(app, args.host, args.port, listener, "warning")
     except RollboxError as error:
         parser.exit(1, f"{parser.prog}: {error}\n")
-
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,8 @@
 
 By default it listens on a unix socket in a directory of its own (mode 0700). These servers run open (no
 tokens) and usually as root: on a loopback port any local user could drive them. `tcp=True` takes a free
-loopback port instead, for clients that only speak TCP (SandboxFusion's)."""
+loopback port instead, for clients that only speak TCP (SandboxFusion's): serve those behind a
+rollbox.server.capability.SecretPath."""
 
 from __future__ import annotations
 
