@@ -192,15 +192,22 @@ def test_the_async_client_sends_the_same_bytes(scripted: _Scripted) -> None:
 
 
 def test_a_router_behind_a_path_prefix_gets_it_on_every_call(scripted: _Scripted) -> None:
-    scripted.script += [(200, []), (200, [])]
-    assert SandboxClient(f"{scripted.url}/roll box/").list_sandboxes() == []
+    """Both clients send the prefix, and name the path as sent when the proxy answers for the router."""
+    scripted.script += [(200, []), (502, "bad gateway")] * 2
+    failed = "GET /roll%20box/v1/sandboxes answered 502: \"bad gateway\""
+    sync = SandboxClient(f"{scripted.url}/roll box/")
+    assert sync.list_sandboxes() == []
+    with pytest.raises(errors.NodeUnavailable, match=failed):
+        sync.list_sandboxes()
 
     async def calls() -> None:
         async with AsyncSandboxClient(f"{scripted.url}/roll box") as client:
             assert await client.list_sandboxes() == []
+            with pytest.raises(errors.NodeUnavailable, match=failed):
+                await client.list_sandboxes()
 
     asyncio.run(calls())
-    assert scripted.seen == ["GET /roll%20box/v1/sandboxes"] * 2
+    assert scripted.seen == ["GET /roll%20box/v1/sandboxes"] * 4
 
 
 def test_a_token_that_would_break_the_request_head_is_refused_before_sending() -> None:

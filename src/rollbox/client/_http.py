@@ -110,11 +110,15 @@ class Settings:
                 content: str | bytes | None = None, headers: dict[str, str] | None = None) -> bytes:
         """A request written out as HTTP/1.1, head and body (the async client's): `path` is percent-encoded
         already, as the calls make it."""
-        target = f"{self._prefix}{path}?{urlencode(params)}" if params else self._prefix + path
+        target = f"{self.target(path)}?{urlencode(params)}" if params else self.target(path)
         extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items()) if headers else ""
         body = content.encode() if isinstance(content, str) else content or b""
         framing = f"content-length: {len(body)}\r\n" if body or method in _WITH_BODY else ""
         return f"{method} {target} HTTP/1.1\r\n{self._fields}{extra}{framing}\r\n".encode() + body
+
+    def target(self, path: str) -> str:
+        """A call's path as sent: after the router's own behind a proxy (`/rollbox/v1/...`)."""
+        return self._prefix + path
 
     def timeouts(self, wait: float | None = 0.0) -> Timeouts:
         """The call's timeouts; `wait` is the seconds the server may spend working beyond the client's timeout
@@ -134,9 +138,10 @@ def _address(url: str) -> tuple[str, str | None]:
 
 
 def answer_of(response: httpx.Response) -> Answer:
-    """An httpx response, read, as the calls read answers."""
+    """An httpx response, read, as the calls read answers; its path is the one sent, as the async client's is."""
     request = response.request
-    return Answer(request.method, request.url.path, response.status_code, response.reason_phrase, response.content)
+    path = request.url.raw_path.decode("ascii").partition("?")[0]
+    return Answer(request.method, path, response.status_code, response.reason_phrase, response.content)
 
 
 def raise_for_error(answer: Answer) -> Answer:

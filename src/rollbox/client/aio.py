@@ -120,7 +120,7 @@ class AsyncSandboxClient:
         routing, redirects, auth and cookies, and its request and response models, would only cost CPU."""
         request = self._settings.written(call.method, call.path, params=call.params, content=call.body,
                                          headers=call.headers)
-        return await _answer(call, await self._transport.send(request, self._settings.timeouts(call.wait)))
+        return await self._answer(call, await self._transport.send(request, self._settings.timeouts(call.wait)))
 
     async def _stream(self, call: calls.StreamCall[T]) -> T:
         request = self._settings.written(call.method, call.path, content=call.body, headers=calls.JSON)
@@ -128,7 +128,7 @@ class AsyncSandboxClient:
             reply = await self._transport.send(request, self._settings.timeouts(call.wait))
             try:
                 if not reply.is_success:
-                    raise error_from(await _answer(call, reply))
+                    raise error_from(await self._answer(call, reply))
                 answer = call.answer()
                 async for line in reply.lines():
                     answer.feed(line)
@@ -138,6 +138,11 @@ class AsyncSandboxClient:
         except httpx.TransportError as error:
             raise connection_failed(self.base_url, call.method, call.path, error) from error
 
+    async def _answer(self, call: calls.Call[T] | calls.StreamCall[T], reply: Reply) -> Answer:
+        """The reply read whole, as the calls read answers; its path is the one sent, as the sync client's is."""
+        return Answer(call.method, self._settings.target(call.path), reply.status_code, reply.reason_phrase,
+                      await reply.read())
+
     async def close(self) -> None:
         await self._transport.aclose()
 
@@ -146,11 +151,6 @@ class AsyncSandboxClient:
 
     async def __aexit__(self, *_: object) -> None:
         await self.close()
-
-
-async def _answer(call: calls.Call[T] | calls.StreamCall[T], reply: Reply) -> Answer:
-    """The reply read whole, as the calls read answers."""
-    return Answer(call.method, call.path, reply.status_code, reply.reason_phrase, await reply.read())
 
 
 class Claiming:
