@@ -151,23 +151,18 @@ def test_the_gateway_alone_on_a_socket_serves_only_its_user(router: str, tmp_pat
     assert done.returncode == 1 and "not a socket" in done.stderr and "Traceback" not in done.stderr
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_the_gateway_alone_on_tcp_answers_only_under_the_key_it_prints(router: str) -> None:
-    """`python -m rollbox.rl.fusion --port P`: its clients send no token, so it serves under a random key it prints."""
-    port = free_port()
-    gateway = subprocess.Popen([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--port", str(port)],
+    """`python -m rollbox.rl.fusion --port 0`: its clients send no token, so it serves under a random key, and prints
+    the endpoint once it listens (with the free port it took)."""
+    gateway = subprocess.Popen([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--port", "0"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={k: v for k, v in os.environ.items() if k != KEY_ENV})
     try:
         assert gateway.stdout is not None
         line = gateway.stdout.readline()
         endpoint = line.split()[2]
-        assert endpoint.startswith(f"http://127.0.0.1:{port}/") and len(endpoint.rpartition("/")[2]) >= 32, line
+        origin, _, key = endpoint.rpartition("/")
+        assert origin.startswith("http://127.0.0.1:") and not origin.endswith(":0") and len(key) >= 32, line
         with httpx.Client(base_url=endpoint) as http:
             deadline = time.monotonic() + 30
             while not pinged(http, "/v1/ping"):
@@ -176,7 +171,7 @@ def test_the_gateway_alone_on_tcp_answers_only_under_the_key_it_prints(router: s
                 time.sleep(0.1)
             answer = http.post("/run_code", json={"code": "print(6 * 7)", "language": "python"}).json()
         assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/ping").status_code == 404
+        assert httpx.get(f"{origin}/v1/ping").status_code == 404
         gateway.send_signal(signal.SIGTERM)
         assert gateway.wait(timeout=30) == 0, gateway.communicate()
     finally:
@@ -185,7 +180,13 @@ def test_the_gateway_alone_on_tcp_answers_only_under_the_key_it_prints(router: s
             gateway.wait()
 
 
-def test_a_short_key_is_refused(router: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--port", str(free_port())],
+def test_a_short_key_or_a_taken_port_is_refused_clearly(router: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--port", "0"],
                           capture_output=True, text=True, timeout=60, env={**os.environ, KEY_ENV: "guessable"})
     assert done.returncode == 1 and "at least 16 characters" in done.stderr and "Traceback" not in done.stderr
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        done = subprocess.run([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--port", port],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not done.stdout, "no endpoint is printed for a port not taken"

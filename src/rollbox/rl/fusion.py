@@ -229,7 +229,7 @@ def _unquote(quoted: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from rollbox.server.serve import exit_on_sigterm, listening, run_app
+    from rollbox.server.serve import exit_on_sigterm, listen_tcp, listening, run_app
 
     parser = argparse.ArgumentParser(prog="python -m rollbox.rl.fusion", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="the rollbox router (env ROLLBOX_URL)")
@@ -251,15 +251,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         key = args.key or (None if args.socket else new_key())
         if key is not None:
             app = SecretPath(app, key)
-        if args.socket is None:
-            host = f"[{args.host}]" if ":" in args.host else args.host
-            print(f"SandboxFusion endpoint: http://{host}:{args.port}/{key} (a secret: whoever has it runs code "
-                  "with this gateway's router token)", flush=True)
         exit_on_sigterm()
-        with listening(args.socket) as listener:
+        with listening(args.socket) as unix, contextlib.ExitStack() as stack:
+            listener = unix or stack.enter_context(contextlib.closing(listen_tcp(args.host, args.port)))
+            if unix is None:  # listening already: the port printed is the one taken (--port 0 takes a free one)
+                host = f"[{args.host}]" if ":" in args.host else args.host
+                print(f"SandboxFusion endpoint: http://{host}:{listener.getsockname()[1]}/{key} (a secret: whoever "
+                      "has it runs code with this gateway's router token)", flush=True)
             run_app(app, args.host, args.port, listener, "warning")
     except RollboxError as error:
         parser.exit(1, f"{parser.prog}: {error}\n")
+
 
 if __name__ == "__main__":
     main()

@@ -95,6 +95,17 @@ def run_app(app: Any, host: str, port: int, listener: sockets.socket | None, log
         uvicorn.Server(uvicorn.Config(app, log_level=log_level, **UVICORN_OPTIONS)).run(sockets=[listener])
 
 
+def listen_tcp(host: str, port: int) -> sockets.socket:
+    """A listening socket on `host`:`port` (port 0: a free one), so that the port is known, and taken, before
+    serving starts."""
+    family = sockets.AF_INET6 if ":" in host else sockets.AF_INET
+    try:
+        return sockets.create_server((host, port), family=family, backlog=2048)
+    except OSError as error:
+        raise InvalidRequest(f"cannot listen on {host}:{port}: {error.strerror or error}: choose another --port "
+                             "or --host") from None
+
+
 def listen_unix(path: Path) -> sockets.socket:
     """A listening unix socket at `path` that only this process's user may connect to (mode 0600).
 
