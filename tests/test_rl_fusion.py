@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import os
 import signal
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -120,73 +122,85 @@ def pinged(http: httpx.Client, url: str = "http://gateway/v1/ping") -> bool:
         return False
 
 
-def test_the_gateway_alone_on_a_socket_serves_only_its_user(router: str, tmp_path: Path) -> None:
-    """`python -m rollbox.rl.fusion --socket PATH`: it takes no tokens, so on a shared machine only a 0600
-    socket keeps other users from running code in its sandboxes."""
-    path = tmp_path / "run" / "fusion.sock"
-    gateway = subprocess.Popen([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--socket", str(path)],
-                               stderr=subprocess.PIPE, text=True)
+GATEWAY = [sys.executable, "-m", "rollbox.rl.fusion"]
+"""The standalone gateway's command line."""
+
+
+@contextlib.contextmanager
+def gateway_process(*args: str, **popen: Any) -> Iterator[subprocess.Popen[str]]:
+    """The standalone gateway in a child process, killed on exit if the test left it running."""
+    gateway = subprocess.Popen([*GATEWAY, *args], stderr=subprocess.PIPE, text=True, **popen)
     try:
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(path))) as http:
-            deadline = time.monotonic() + 30
-            while not pinged(http):
-                assert gateway.poll() is None, gateway.communicate()
-                assert time.monotonic() < deadline, "the gateway never answered"
-                time.sleep(0.1)
-            assert stat.S_IMODE(path.stat().st_mode) == 0o600
-            assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-            assert connect_as(NOBODY, str(path)) == errno.EACCES
-            answer = http.post("http://gateway/run_code", json={"code": "print(6 * 7)", "language": "python"}).json()
-        assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
-        gateway.send_signal(signal.SIGTERM)
-        assert gateway.wait(timeout=30) == 0, gateway.communicate()
-        assert not path.exists(), "the gateway takes its socket away when it stops"
+        yield gateway
     finally:
         if gateway.poll() is None:
             gateway.kill()
             gateway.wait()
+
+
+def wait_until_pinged(http: httpx.Client, gateway: subprocess.Popen[str], url: str = "http://gateway/v1/ping") -> None:
+    deadline = time.monotonic() + 30
+    while not pinged(http, url):
+        assert gateway.poll() is None, gateway.communicate()
+        assert time.monotonic() < deadline, "the gateway never answered"
+        time.sleep(0.1)
+
+
+def assert_runs_code(http: httpx.Client, url: str) -> None:
+    answer = http.post(url, json={"code": "print(6 * 7)", "language": "python"}).json()
+    assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
+
+
+def assert_stops_on_sigterm(gateway: subprocess.Popen[str]) -> None:
+    gateway.send_signal(signal.SIGTERM)
+    assert gateway.wait(timeout=30) == 0, gateway.communicate()
+
+
+def refused(*args: str, **run: Any) -> subprocess.CompletedProcess[str]:
+    """The gateway started with `args`, expected to give up at once."""
+    return subprocess.run([*GATEWAY, *args], capture_output=True, text=True, timeout=60, **run)
+
+
+def test_the_gateway_alone_on_a_socket_serves_only_its_user(router: str, tmp_path: Path) -> None:
+    """`python -m rollbox.rl.fusion --socket PATH`: it takes no tokens, so on a shared machine only a 0600
+    socket keeps other users from running code in its sandboxes."""
+    path = tmp_path / "run" / "fusion.sock"
+    with gateway_process("--url", router, "--socket", str(path)) as gateway:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(path))) as http:
+            wait_until_pinged(http, gateway)
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+            assert connect_as(NOBODY, str(path)) == errno.EACCES
+            assert_runs_code(http, "http://gateway/run_code")
+        assert_stops_on_sigterm(gateway)
+        assert not path.exists(), "the gateway takes its socket away when it stops"
     (tmp_path / "notes.txt").write_text("keep me")
-    done = subprocess.run([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--socket",
-                           str(tmp_path / "notes.txt")], capture_output=True, text=True, timeout=60)
+    done = refused("--url", router, "--socket", str(tmp_path / "notes.txt"))
     assert done.returncode == 1 and "not a socket" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_the_gateway_alone_on_tcp_answers_only_under_the_key_it_prints(router: str) -> None:
     """`python -m rollbox.rl.fusion --port 0`: its clients send no token, so it serves under a random key, and prints
     the endpoint once it listens (with the free port it took)."""
-    gateway = subprocess.Popen([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={k: v for k, v in os.environ.items() if k != KEY_ENV})
-    try:
+    environment = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+    with gateway_process("--url", router, "--port", "0", stdout=subprocess.PIPE, env=environment) as gateway:
         assert gateway.stdout is not None
         line = gateway.stdout.readline()
         endpoint = line.split()[2]
         origin, _, key = endpoint.rpartition("/")
         assert origin.startswith("http://127.0.0.1:") and not origin.endswith(":0") and len(key) >= 32, line
         with httpx.Client(base_url=endpoint) as http:
-            deadline = time.monotonic() + 30
-            while not pinged(http, "/v1/ping"):
-                assert gateway.poll() is None, gateway.communicate()
-                assert time.monotonic() < deadline, "the gateway never answered"
-                time.sleep(0.1)
-            answer = http.post("/run_code", json={"code": "print(6 * 7)", "language": "python"}).json()
-        assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
+            wait_until_pinged(http, gateway, "/v1/ping")
+            assert_runs_code(http, "/run_code")
         assert httpx.get(f"{origin}/v1/ping").status_code == 404
-        gateway.send_signal(signal.SIGTERM)
-        assert gateway.wait(timeout=30) == 0, gateway.communicate()
-    finally:
-        if gateway.poll() is None:
-            gateway.kill()
-            gateway.wait()
+        assert_stops_on_sigterm(gateway)
 
 
 def test_a_short_key_or_a_taken_port_is_refused_clearly(router: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--port", "0"],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, KEY_ENV: "guessable"})
+    done = refused("--url", router, "--port", "0", env={**os.environ, KEY_ENV: "guessable"})
     assert done.returncode == 1 and "at least 16 characters" in done.stderr and "Traceback" not in done.stderr
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = str(taken.getsockname()[1])
-        done = subprocess.run([sys.executable, "-m", "rollbox.rl.fusion", "--url", router, "--port", port],
-                              capture_output=True, text=True, timeout=60)
+        done = refused("--url", router, "--port", port)
     assert done.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and not done.stdout, "no endpoint is printed for a port not taken"

@@ -248,13 +248,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         app: Any = fusion_app(AsyncSandboxClient(args.url, args.token), template=args.template,
                               warmpool=args.warmpool, isolation=args.isolation)
-        key = args.key or (None if args.socket else new_key())
+        tcp = args.socket is None
+        key = args.key or (new_key() if tcp else None)
         if key is not None:
             app = SecretPath(app, key)
         exit_on_sigterm()
-        with listening(args.socket) as unix, contextlib.ExitStack() as stack:
-            listener = unix or stack.enter_context(contextlib.closing(listen_tcp(args.host, args.port)))
-            if unix is None:  # listening already: the port printed is the one taken (--port 0 takes a free one)
+        with contextlib.closing(listen_tcp(args.host, args.port)) if tcp else listening(args.socket) as listener:
+            if tcp:  # listening already: the port printed is the one taken (--port 0 takes a free one)
                 host = f"[{args.host}]" if ":" in args.host else args.host
                 print(f"SandboxFusion endpoint: http://{host}:{listener.getsockname()[1]}/{key} (a secret: whoever "
                       "has it runs code with this gateway's router token)", flush=True)

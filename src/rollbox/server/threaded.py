@@ -20,7 +20,7 @@ from typing import Any
 import uvicorn
 
 from rollbox.errors import RollboxError
-from rollbox.server.serve import UVICORN_OPTIONS, listen_unix
+from rollbox.server.serve import UVICORN_OPTIONS, listen_tcp, listen_unix
 
 START_TIMEOUT = 60.0
 
@@ -36,9 +36,7 @@ def private_listener(tcp: bool = False) -> Iterator[tuple[socket.socket, str]]:
     """A listening socket and the URL that reaches it: `router.sock` (0600) in a fresh directory only this user may
     enter, removed on exit; with `tcp`, a free loopback port."""
     if tcp:
-        with socket.socket() as listener:
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(2048)
+        with listen_tcp("127.0.0.1", 0) as listener:
             yield listener, f"http://127.0.0.1:{listener.getsockname()[1]}"
         return
     path = private_socket_path()
