@@ -420,7 +420,7 @@ async def test_no_sandbox_inherits_the_nodes_descriptors(node: LocalNode, engine
     assert inherited
     node_kinds = ("anon_inode:[pidfd]", "anon_inode:[eventpoll]", "anon_inode:[eventfd]")  # the watch's
     assert not {fd: target for fd, target in inherited.items()
-                if target in node_kinds or target.endswith((".db", ".db-wal", ".db-shm"))}
+                if target in node_kinds or target.endswith((".db", ".db-wal", ".db-shm", ".db.lock"))}
 
 
 async def test_one_node_per_data_directory(node: LocalNode, engine: Engine) -> None:
