@@ -86,3 +86,18 @@ def test_quick_rl_benchmark_runs_every_phase_without_a_failed_request() -> None:
         assert figures[f"{name}_ok"] == figures[f"{name}_requests"] > 0, name
         assert figures[f"{name}_per_s"] > 0, name
     assert figures["train_episodes"] > 0 and figures["train_wall_s"] > 0
+
+
+STORE_BENCH = BENCH.parent / "store.py"
+
+
+@pytest.mark.slow
+def test_quick_store_benchmark_prints_both_stores_as_json() -> None:
+    done = subprocess.run([sys.executable, str(STORE_BENCH), "--quick"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-4000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["mode"] == "quick"
+    for store in ("sqlite", "rollbox"):
+        measured = figures[f"commit_{store}"]
+        assert {"p50", "p99", "n", "max", "slow_per_min"} <= measured.keys(), store
+        assert measured["n"] > 1000 and 0 < measured["p50"] <= measured["p99"] <= measured["max"], store
