@@ -10,11 +10,13 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from rollbox.engine import Engine, mounts
 from rollbox.engine.cgroups import ROOT as CGROUP_ROOT
 from rollbox.engine.cgroups import is_v2
+from tests.attack_support import cgroup_value
 from tests.conftest import make_engine, teardown_engine
 
 HOLDER = textwrap.dedent("""
@@ -124,3 +126,27 @@ def test_delete_leaves_nothing_behind(tmp_path: Path) -> None:
         assert footprint(engine) == before
     finally:
         teardown_engine(engine)
+
+
+SECOND_ENGINE = "import sys; from rollbox.engine import Engine; Engine(sys.argv[1], run_dir=sys.argv[2])"
+
+
+def test_a_second_engine_on_a_live_data_directory_fails_before_touching_it(engine: Engine, tmp_path: Path) -> None:
+    """Two servers started on one data directory by mistake: the second's recovery would restart or remove
+    sandboxes the first runs (here one whose container was killed, which the first leaves stopped until a
+    reset). It fails at once instead, and the first's sandbox stays as it was."""
+    box = engine.create("basic")
+    try:
+        for pid in cgroup_value(engine, box, "pids", "cgroup.procs").split():
+            os.kill(int(pid), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not engine.stopped(box.id):
+            assert time.monotonic() < deadline, "the killed sandbox did not stop"
+            time.sleep(0.05)
+        second = subprocess.run([sys.executable, "-c", SECOND_ENGINE, str(engine.data_dir), str(tmp_path / "run")],
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1, second.stderr[-2000:]
+        assert "state.db is in use by another rollbox process" in second.stderr
+        assert engine.stopped(box.id), "the second engine restarted the first one's sandbox"
+    finally:
+        box.delete()

@@ -2,7 +2,7 @@
 
 The engine's store and the node's store both sit on it; each write is committed at once. Commits
 never copy the WAL back into the file: under the disk load of sandboxes starting and going, that
-checkpoint (and its fsync) took 10 to 40 ms, and the node commits its claims on the event loop,
+checkpoint (and its fsync) takes 10 to 100 ms, and the node commits its claims on the event loop,
 where it stalled every request. A thread of the file's own does it instead, on a connection of its
 own, while writers go on.
 """
@@ -45,7 +45,7 @@ class Database:
             self._db.close()
             if self._held is not None:
                 os.close(self._held)
-            raise _in_use(path, error) from None
+            raise _in_use(path, f" ({error})") from None
         self._lock = threading.Lock()
         self._commits = 0
         """Commits since the last checkpoint (read and written under `_lock`)."""
@@ -116,12 +116,12 @@ def _hold(path: Path) -> int:
     held = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as error:
+    except BlockingIOError:
         os.close(held)
-        raise _in_use(path, error) from None
+        raise _in_use(path) from None
     return held
 
 
-def _in_use(path: Path, error: Exception) -> Conflict:
-    return Conflict(f"{path} is in use by another rollbox process ({error}): one per data directory, "
+def _in_use(path: Path, detail: str = "") -> Conflict:
+    return Conflict(f"{path} is in use by another rollbox process{detail}: one per data directory, "
                     "stop the other one first")

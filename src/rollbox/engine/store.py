@@ -85,7 +85,8 @@ class SandboxRecord:
 
 class Store(Database):
     def __init__(self, path: Path) -> None:
-        super().__init__(path, SCHEMA)
+        # One engine per data directory: a second one's recovery would restart or remove the first's sandboxes.
+        super().__init__(path, SCHEMA, exclusive=True)
 
     def meta(self, key: str, default: str) -> str:
         with self.transaction() as db:
