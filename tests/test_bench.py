@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,12 +23,20 @@ SCALARS = {
 }
 
 
-@pytest.mark.slow
-def test_quick_benchmark_prints_every_figure_as_json() -> None:
-    done = subprocess.run([sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=180)
+def quick_figures(bench: Path, timeout: float) -> dict[str, Any]:
+    """Runs `bench --quick` on an embedded server (never one ROLLBOX_URL names): its last line's JSON."""
+    embedded = {name: value for name, value in os.environ.items() if name not in ("ROLLBOX_URL", "ROLLBOX_TOKEN")}
+    done = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=timeout,
+                          env=embedded)
     assert done.returncode == 0, done.stderr[-4000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["mode"] == "quick"
+    return figures
+
+
+@pytest.mark.slow
+def test_quick_benchmark_prints_every_figure_as_json() -> None:
+    figures = quick_figures(BENCH, 180)
     assert {"cores", "memory_mb", "kernel", "runc", "load_before", "load_after"} <= figures["machine"].keys()
     for name in DISTRIBUTIONS:
         assert set(figures[name]) == {"p50", "p99", "n"}, name
@@ -45,12 +54,7 @@ MEASUREMENTS = {f"{phase}_{client}" for client in ("raw", "sdk") for phase in (
 
 @pytest.mark.slow
 def test_quick_server_benchmark_prints_every_figure_as_json() -> None:
-    embedded = {name: value for name, value in os.environ.items() if name not in ("ROLLBOX_URL", "ROLLBOX_TOKEN")}
-    done = subprocess.run([sys.executable, str(SERVER_BENCH), "--quick"], capture_output=True, text=True,
-                          timeout=300, env=embedded)
-    assert done.returncode == 0, done.stderr[-4000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
-    assert figures["mode"] == "quick"
+    figures = quick_figures(SERVER_BENCH, 300)
     assert figures["machine"]["server"] == "embedded, unix"
     assert {"cores", "load_before", "load_after"} <= figures["machine"].keys()
     for name in MEASUREMENTS:
@@ -76,12 +80,8 @@ RL_BENCH = BENCH.parent / "rl.py"
 @pytest.mark.slow
 def test_quick_rl_benchmark_runs_every_phase_without_a_failed_request() -> None:
     """Episodes, the SandboxFusion gateway (its own client on its server thread's loop) and the main job."""
-    embedded = {name: value for name, value in os.environ.items() if name not in ("ROLLBOX_URL", "ROLLBOX_TOKEN")}
-    done = subprocess.run([sys.executable, str(RL_BENCH), "--quick"], capture_output=True, text=True, timeout=600,
-                          env=embedded)
-    assert done.returncode == 0, done.stderr[-4000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
-    assert figures["mode"] == "quick" and figures["episodes"] > 0 and figures["episode_errors"] == 0
+    figures = quick_figures(RL_BENCH, 600)
+    assert figures["episodes"] > 0 and figures["episode_errors"] == 0
     for name in ("run_code", "run_code_fresh"):
         assert figures[f"{name}_ok"] == figures[f"{name}_requests"] > 0, name
         assert figures[f"{name}_per_s"] > 0, name
@@ -93,10 +93,7 @@ STORE_BENCH = BENCH.parent / "store.py"
 
 @pytest.mark.slow
 def test_quick_store_benchmark_prints_both_stores_as_json() -> None:
-    done = subprocess.run([sys.executable, str(STORE_BENCH), "--quick"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-4000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
-    assert figures["mode"] == "quick"
+    figures = quick_figures(STORE_BENCH, 120)
     for store in ("sqlite", "rollbox"):
         measured = figures[f"commit_{store}"]
         assert {"p50", "p99", "n", "max", "slow_per_min"} <= measured.keys(), store
