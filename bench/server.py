@@ -10,7 +10,7 @@ from a bare ASGI app on uvicorn, over loopback TCP and over a unix socket: the f
 this machine at that moment, beside which the warm claims show the router's own share (this machine's speed
 varies from hour to hour).
 
-Every phase runs through two clients: the SDK's AsyncSandboxClient (httpx, the product path) and a raw
+Every phase runs through two clients: the SDK's AsyncSandboxClient (the product path) and a raw
 HTTP/1.1 keep-alive client (sockets and hand-written requests, the floor of what a client costs). It prints a
 table and, as its last line, one JSON object of every figure: latencies p50/p99 in milliseconds, rates per
 second, CPU milliseconds per operation of the server process and of this one (the embedded server only).
@@ -145,7 +145,7 @@ class Client(Protocol):
 
 class SdkClient:
     name = "sdk"
-    label = "SDK (httpx)"
+    label = "SDK (AsyncSandboxClient)"
 
     def __init__(self, url: str, token: str | None) -> None:
         self.client = AsyncSandboxClient(url, token, max_connections=MAX_CONNECTIONS)
