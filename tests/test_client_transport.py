@@ -328,6 +328,21 @@ def test_the_transport_reports_broken_and_slow_answers_as_httpx_errors() -> None
     _transport_run(scripted, slow, timeout=0.2)
 
 
+def test_a_short_read_timeout_fires_beside_a_long_one_that_set_the_timer_going() -> None:
+    """Read deadlines share one timer per pool: a call with a short timeout still gives up before its late answer,
+    and the call that waits longer still gets its own."""
+    async def calls(send: Send) -> None:
+        loop = asyncio.get_running_loop()
+        patient = asyncio.ensure_future(send("GET", "/patient", timeout=5.0))
+        await asyncio.sleep(0.05)  # its wait is the first: it set the timer going
+        started = loop.time()
+        with pytest.raises(httpx.ReadTimeout, match=r"no answer from the server in 0\.2 s"):
+            await send("GET", "/hasty", timeout=0.2)
+        assert loop.time() - started < 0.45, "the short timeout waited for the answer it should have given up on"
+        assert await (await patient).read() == b"ok"
+
+    _transport_run(_RawServer([b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"] * 2, pause=0.5), calls)
+
 def test_a_call_abandoned_when_its_loop_closed_is_finalised_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
     """As a crashed rollout leaves it: the coroutine is closed later, and its connection goes with the loop."""
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
