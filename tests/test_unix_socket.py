@@ -23,6 +23,8 @@ from tests.conftest import BASIC, teardown_engine
 
 NOBODY = 65534
 TEMPLATE = {"apiVersion": "rollbox.dev/v1alpha1", "kind": "SandboxTemplate", **BASIC}
+RUN_ROOT = "/run/rollbox"
+"""Where an engine keeps its sockets unless told otherwise (`/run/rollbox/<engine id>`)."""
 
 
 def connect_as(uid: int, path: str) -> int:
@@ -48,6 +50,7 @@ def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_pat
     """An open server run by root on a loopback port would let any local user run commands in its sandboxes
     and read the host's files through a template's `copy`: the embedded one takes a 0600 socket in a 0700
     directory instead, and both clients reach it there."""
+    run_dirs = set(os.listdir(RUN_ROOT)) if os.path.isdir(RUN_ROOT) else set()
     server = LocalServer(tmp_path / "data")
     try:
         server.start()
@@ -71,12 +74,14 @@ def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_pat
         assert asyncio.run(claim_async()).strip()
     finally:
         server.close()
+        left_in_run = set(os.listdir(RUN_ROOT)) - run_dirs
         engine = Engine(tmp_path / "data")
         left = [str(directory) for pattern in (f"rollbox/{engine.id}", f"*/rollbox/{engine.id}")
                 for directory in Path("/sys/fs/cgroup").glob(pattern)]  # v2, then v1's hierarchies
         teardown_engine(engine)
     assert not os.path.exists(os.path.dirname(path)), "closing the server removes its socket's directory"
     assert left == [], "closing the server leaves no cgroup directory of its engine behind"
+    assert left_in_run == set(), "closing the server leaves no run directory of its engine behind"
 
 
 async def answer(scope: dict[str, Any], receive: Any, send: Any) -> None:

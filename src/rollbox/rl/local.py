@@ -70,7 +70,7 @@ class LocalServer:
         if self._run_dir is not None:
             shutil.rmtree(self._run_dir, ignore_errors=True)
         with Engine(self.data_dir) as engine:
-            engine.destroy_all()
+            engine.destroy()  # its sandboxes and snapshots, and its cgroups and run directory with them
 
     def __enter__(self) -> LocalServer:
         return self.start()
