@@ -38,6 +38,7 @@ SLOW_MS = 3.0
 PAUSE = 0.0002
 """Between two commits: the node commits at most a few thousand times a second."""
 Commit = Callable[[int], None]
+INSERT = "INSERT OR REPLACE INTO claims VALUES (?, ?)"
 
 
 def rollbox_store(path: Path) -> tuple[Commit, Callable[[], None]]:
@@ -45,7 +46,7 @@ def rollbox_store(path: Path) -> tuple[Commit, Callable[[], None]]:
 
     def commit(row: int) -> None:
         with store.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?)", (f"{row:016x}", RECORD))
+            db.execute(INSERT, (f"{row:016x}", RECORD))
 
     return commit, store.close
 
@@ -58,7 +59,7 @@ def sqlite_alone(path: Path) -> tuple[Commit, Callable[[], None]]:
 
     def commit(row: int) -> None:
         db.execute("BEGIN IMMEDIATE")
-        db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?)", (f"{row:016x}", RECORD))
+        db.execute(INSERT, (f"{row:016x}", RECORD))
         db.execute("COMMIT")
 
     return commit, db.close
