@@ -8,7 +8,9 @@ its own, and also times the engine directly on a data directory of its own, so t
 as a difference. First it times the raw client's claim request against bench/http_floor.py, a constant answer
 from a bare ASGI app on uvicorn, over loopback TCP and over a unix socket: the floor of any Python HTTP answer on
 this machine at that moment, beside which the warm claims show the router's own share (this machine's speed
-varies from hour to hour).
+varies from hour to hour). Those two phases time the request path alone: while they are timed, the client and
+the embedded server's event loop run on CPUs of their own (see cpus_apart), and the 64-client warm claim runs
+once more with the two sharing the CPUs as the scheduler places them.
 
 Every phase runs through two clients: the SDK's AsyncSandboxClient (the product path) and a raw
 HTTP/1.1 keep-alive client (sockets and hand-written requests, the floor of what a client costs). It prints a
@@ -261,6 +263,34 @@ def cpu_seconds(pid: int) -> float:
     return time.clock_gettime(((~pid) << 3) | 2)
 
 
+@contextlib.contextmanager
+def cpus_apart(server: int) -> Iterator[None]:
+    """Runs the server's event loop (its main thread) on one CPU and this client's on another, then puts back
+    what both had (threads the server started meanwhile get its main thread's CPUs).
+
+    Two processes answering each other over a socket wake each other with a hint that the waker is about to
+    sleep, and Linux then runs the one woken on the waker's CPU: on two cores the server and a client that
+    keeps 64 requests in flight end up sharing one for much of a round of claims, which halves the rate at
+    random from round to round. A client on a machine of its own never shares the server's CPU; this is the
+    nearest a single machine comes to that."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        yield
+        return
+    tasks = Path(f"/proc/{server}/task")
+    theirs = {int(task.name): os.sched_getaffinity(int(task.name)) for task in tasks.iterdir()}
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(server, {cpus[0]})
+    os.sched_setaffinity(0, {cpus[1]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+        for task in tasks.iterdir():
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(task.name), theirs.get(int(task.name), theirs[server]))
+
+
 def server_pid() -> int | None:
     """The embedded server: LocalServer's only child of ours that runs `rollbox.server`."""
     me = os.getpid()
@@ -276,6 +306,9 @@ class Tally:
     """One measurement's latencies, and the wall and CPU time of both sides spent while timing only."""
 
     server: int | None
+    apart: bool = False
+    """Time with the client and the server's event loop on CPUs of their own (see cpus_apart): for the phases
+    that time the request path alone, when the server is embedded."""
     latencies: list[float] = field(default_factory=list)
     cold: list[float] = field(default_factory=list)
     wall: float = 0.0
@@ -289,7 +322,8 @@ class Tally:
         self.load = os.getloadavg()[0] if self.load is None else self.load
         wall, client = time.perf_counter(), time.process_time()
         server = cpu_seconds(self.server) if self.server else 0.0
-        yield
+        with cpus_apart(self.server) if self.apart and self.server else contextlib.nullcontext():
+            yield
         self.wall += time.perf_counter() - wall
         self.client_cpu += time.process_time() - client
         self.server_cpu += cpu_seconds(self.server) - server if self.server else 0.0
@@ -302,7 +336,7 @@ class Tally:
                 "client_cpu_ms": round(self.client_cpu * per_op, 3),
                 "server_cpu_ms": round(self.server_cpu * per_op, 3) if self.server else None,
                 "cold": len(self.cold), "cold_p50": distribution(self.cold)["p50"] if self.cold else None,
-                "load": round(self.load or 0.0, 2)}
+                "load": round(self.load or 0.0, 2), "cpus_apart": bool(self.apart and self.server)}
 
 
 async def timed(action: Awaitable[Any]) -> tuple[float, Any]:
@@ -411,17 +445,20 @@ async def claim_round(client: Client, tally: Tally, concurrency: int, size: int,
 
 async def warm_claims(client: Client, control: Control, plan: Plan, server: int | None,
                       progress: Progress) -> Figures:
+    """Warm claims at each concurrency with the client and the server's loop on CPUs of their own, then at the
+    highest again as the scheduler places them (`claim_c64_shared`), to show what sharing two cores costs."""
     figures = {}
-    for concurrency in CONCURRENCY:
-        tally = Tally(server)
+    for concurrency, apart in [*((c, True) for c in CONCURRENCY), (CONCURRENCY[-1], False)]:
+        tally = Tally(server, apart)
         left = max(plan.claims, concurrency) // concurrency * concurrency
-        task = progress.add_task(f"claim x {concurrency} concurrent, {client.label}", total=left)
+        where = "" if apart else ", CPUs shared"
+        task = progress.add_task(f"claim x {concurrency} concurrent{where}, {client.label}", total=left)
         while left > 0:
             size = min(left, max(concurrency, plan.round // concurrency * concurrency))
             await control.settle()
             await claim_round(client, tally, concurrency, size, progress, task)
             left -= size
-        figures[f"claim_c{concurrency}_{client.name}"] = tally.figures()
+        figures[f"claim_c{concurrency}{'' if apart else '_shared'}_{client.name}"] = tally.figures()
     await control.settle()
     return figures
 
@@ -473,7 +510,7 @@ async def floor_claims(plan: Plan, progress: Progress, unix: bool) -> Figures:
     size = max(4 * plan.claims, concurrency) // concurrency * concurrency  # a constant answer is quick: more of them
     with http_floor.serving(unix) as (url, pid):
         client = RawClient(url, None)
-        tally = Tally(pid)
+        tally = Tally(pid, apart=True)
         task = progress.add_task(f"constant answers x {concurrency} concurrent, {client.label}", total=size)
 
         async def step() -> None:
@@ -716,6 +753,8 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
               "python_fresh": f"python3 print(1), a fresh sandbox each (claim, exec, delete), {workers} clients",
               "burst": f"burst of {plan.burst} claims, pool of {plan.burst}",
               **{f"claim_c{c}": f"warm claim, {c} clients back to back" for c in CONCURRENCY},
+              f"claim_c{CONCURRENCY[-1]}_shared": f"warm claim, {CONCURRENCY[-1]} clients back to back, client and "
+                                                  "server sharing the CPUs as the scheduler places them",
               "claim_turnover": f"warm claim right after a delete, {turnover_clients(plan)} clients "
                                 "at once (an RL step's turnover: deletions and refill under way)",
               f"http_floor_c{CONCURRENCY[-1]}": f"HTTP floor: a constant answer from a bare ASGI app on uvicorn, "
@@ -727,7 +766,7 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
 
 
 def notes(value: Figures) -> str:
-    said = []
+    said = ["client, server loop: a CPU each"] if value.get("cpus_apart") else []
     if value.get("cold"):
         said.append(f"{value['cold']} cold" + (f" (p50 {value['cold_p50']:.1f} ms, not in p50/p99)"
                                                if value.get("cold_p50") else ""))

@@ -47,8 +47,8 @@ def test_quick_benchmark_prints_every_figure_as_json() -> None:
 
 SERVER_BENCH = BENCH.parent / "server.py"
 MEASUREMENTS = {f"{phase}_{client}" for client in ("raw", "sdk") for phase in (
-    "claim_c1", "claim_c16", "claim_c64", "claim_turnover", "exec_true", "exec_load", "python_reuse",
-    "python_isolated", "burst")}
+    "claim_c1", "claim_c16", "claim_c64", "claim_c64_shared", "claim_turnover", "exec_true", "exec_load",
+    "python_reuse", "python_isolated", "burst")}
 """Each phase through both clients: latencies, rate, CPU per operation of the server and the client."""
 
 
@@ -64,6 +64,9 @@ def test_quick_server_benchmark_prints_every_figure_as_json() -> None:
         assert measured["server_cpu_ms"] > 0 and measured["client_cpu_ms"] > 0, name
     for floor in ("http_floor_c64_raw", "http_floor_unix_c64_raw"):
         assert 0 < figures[floor]["p50"] <= figures[floor]["p99"], floor
+    apart = {name for name, value in figures.items() if isinstance(value, dict) and value.get("cpus_apart")}
+    assert apart == {"http_floor_c64_raw", "http_floor_unix_c64_raw"} | {
+        f"claim_c{c}_{client}" for c in (1, 16, 64) for client in ("raw", "sdk")}
     for client in ("raw", "sdk"):
         assert {"requested", "failed", "wall_s"} <= figures[f"burst_{client}"].keys()
     for name in ("engine_exec_true_ms", "engine_exec_async_true_ms", "engine_create_ms", "engine_delete_ms",
@@ -72,6 +75,39 @@ def test_quick_server_benchmark_prints_every_figure_as_json() -> None:
     for name in ("engine_python_per_s", "router_exec_overhead_ms", "sdk_exec_overhead_ms"):
         assert isinstance(figures[name], int | float), name
     assert set(figures["missed"]) <= MEASUREMENTS
+
+
+def test_cpus_apart_pins_the_client_and_the_server_loop_then_puts_back_what_they_had(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also a thread the server starts while pinned: it would hand its one CPU down to every sandbox it starts."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    from server import cpus_apart
+
+    start_thread = ("import sys, threading, time\n"
+                    "def run(): print(threading.get_native_id(), flush=True); time.sleep(60)\n"
+                    "for line in sys.stdin: threading.Thread(target=run, daemon=True).start()\n")
+    server = subprocess.Popen([sys.executable, "-c", start_thread], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        server.stdin.write("\n")
+        server.stdin.flush()
+        before = int(server.stdout.readline())
+        with cpus_apart(server.pid):
+            assert os.sched_getaffinity(server.pid) == {cpus[0]} and os.sched_getaffinity(0) == {cpus[1]}
+            assert os.sched_getaffinity(before) == set(cpus)
+            server.stdin.write("\n")
+            server.stdin.flush()
+            during = int(server.stdout.readline())
+            assert os.sched_getaffinity(during) == {cpus[0]}
+        for task in (0, server.pid, before, during):
+            assert os.sched_getaffinity(task) == set(cpus), task
+    finally:
+        server.kill()
+        server.wait()
 
 
 RL_BENCH = BENCH.parent / "rl.py"
