@@ -277,8 +277,7 @@ def cpus_apart(server: int) -> Iterator[None]:
     if len(cpus) < 2:
         yield
         return
-    tasks = Path(f"/proc/{server}/task")
-    theirs = {int(task.name): os.sched_getaffinity(int(task.name)) for task in tasks.iterdir()}
+    theirs = {thread: os.sched_getaffinity(thread) for thread in threads(server)}
     mine = os.sched_getaffinity(0)
     os.sched_setaffinity(server, {cpus[0]})
     os.sched_setaffinity(0, {cpus[1]})
@@ -286,9 +285,17 @@ def cpus_apart(server: int) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, mine)
-        for task in tasks.iterdir():
+        for thread in threads(server):
             with contextlib.suppress(OSError):  # a thread that ended meanwhile
-                os.sched_setaffinity(int(task.name), theirs.get(int(task.name), theirs[server]))
+                os.sched_setaffinity(thread, theirs.get(thread, theirs[server]))
+
+
+def threads(pid: int) -> list[int]:
+    """The ids of a process's threads: none once it has ended."""
+    try:
+        return [int(thread) for thread in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
 
 
 def server_pid() -> int | None:

@@ -79,7 +79,8 @@ def test_quick_server_benchmark_prints_every_figure_as_json() -> None:
 
 def test_cpus_apart_pins_the_client_and_the_server_loop_then_puts_back_what_they_had(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Also a thread the server starts while pinned: it would hand its one CPU down to every sandbox it starts."""
+    """Also a thread the server starts while pinned (it would hand its one CPU down to every sandbox it starts),
+    and a server that dies meanwhile."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs two CPUs")
@@ -105,6 +106,10 @@ def test_cpus_apart_pins_the_client_and_the_server_loop_then_puts_back_what_they
             assert os.sched_getaffinity(during) == {cpus[0]}
         for task in (0, server.pid, before, during):
             assert os.sched_getaffinity(task) == set(cpus), task
+        with cpus_apart(server.pid):  # a server that dies while pinned leaves this process's CPUs as they were
+            server.kill()
+            server.wait()
+        assert os.sched_getaffinity(0) == set(cpus)
     finally:
         server.kill()
         server.wait()
