@@ -1,8 +1,8 @@
 """Server benchmark: warm claims, exec and isolated python3 through the HTTP router, beside the engine's own figures.
 
-Run as root: `.venv/bin/python bench/server.py [--quick]`. Without ROLLBOX_URL it starts `rollbox serve` in a
-child process (its own interpreter and CPU time), on a unix socket as the embedded default does, with a
-throw-away data directory, and removes everything it made; with ROLLBOX_URL (and ROLLBOX_TOKEN), as
+Run as root: `.venv/bin/python bench/server.py [--quick] [--plot PNG]`. Without ROLLBOX_URL it starts
+`rollbox serve` in a child process (its own interpreter and CPU time), on a unix socket as the embedded default
+does, with a throw-away data directory, and removes everything it made; with ROLLBOX_URL (and ROLLBOX_TOKEN), as
 `rollbox bench` sets them, it measures that router instead. Either way it applies a template and a warm pool of
 its own, and also times the engine directly on a data directory of its own, so that the router's overhead shows
 as a difference. First it times the raw client's claim request against bench/http_floor.py, a constant answer
@@ -39,6 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import http_floor
+from claim_plot import plot_claims
 from engine import (
     PYTHON,
     Figures,
@@ -67,6 +68,8 @@ CONCURRENCY = (1, 16, 64)
 MAX_CONNECTIONS = 256
 """Connections each client opens at most: the SDK's default, so a burst queues the same way in both."""
 SETTLE_TIMEOUT = 300.0
+LATENCIES: dict[str, list[float]] = {}
+"""Every sample of the claim phases (the HTTP floor's too) by figure name, for --plot."""
 
 
 def resources(replicas: int) -> str:
@@ -335,6 +338,11 @@ class Tally:
         self.client_cpu += time.process_time() - client
         self.server_cpu += cpu_seconds(self.server) - server if self.server else 0.0
 
+    def figures_kept_as(self, name: str) -> Figures:
+        """The figures of a claim phase, its samples kept under `name` for --plot."""
+        LATENCIES[name] = self.latencies
+        return self.figures()
+
     def figures(self) -> Figures:
         count = len(self.latencies) + len(self.cold)
         per_op = 1000 / max(count, 1)
@@ -465,7 +473,8 @@ async def warm_claims(client: Client, control: Control, plan: Plan, server: int 
             await control.settle()
             await claim_round(client, tally, concurrency, size, progress, task)
             left -= size
-        figures[f"claim_c{concurrency}{'' if apart else '_shared'}_{client.name}"] = tally.figures()
+        name = f"claim_c{concurrency}{'' if apart else '_shared'}_{client.name}"
+        figures[name] = tally.figures_kept_as(name)
     await control.settle()
     return figures
 
@@ -502,7 +511,8 @@ async def turnover(client: Client, control: Control, plan: Plan, server: int | N
             held = await asyncio.gather(*(worker(handle) for handle in held))
         await release(client, held)
     await control.settle()
-    return {f"claim_turnover_{client.name}": {**tally.figures(), "clients": concurrency}}
+    name = f"claim_turnover_{client.name}"
+    return {name: {**tally.figures_kept_as(name), "clients": concurrency}}
 
 
 def turnover_clients(plan: Plan) -> int:
@@ -531,7 +541,8 @@ async def floor_claims(plan: Plan, progress: Progress, unix: bool) -> Figures:
                 await workers(concurrency, size // concurrency, step)
         finally:
             await client.close()
-    return {f"http_floor{'_unix' if unix else ''}_c{concurrency}_raw": tally.figures()}
+    name = f"http_floor{'_unix' if unix else ''}_c{concurrency}_raw"
+    return {name: tally.figures_kept_as(name)}
 
 
 async def round_trips(clients: list[Client], box: Sandbox, plan: Plan, server: int | None,
@@ -772,6 +783,20 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
     return name.replace("_", " "), ""
 
 
+def claim_label(name: str) -> str:
+    """A claim phase's short name in the plot's legend."""
+    what = name.rpartition("_")[0]
+    if what.startswith("http_floor"):
+        return f"HTTP floor (constant answer, {'unix socket' if '_unix' in what else 'loopback TCP'})"
+    if what == "claim_turnover":
+        return "turnover (claim right after a delete)"
+    concurrency = what.removeprefix("claim_c").removesuffix("_shared")
+    label = f"{concurrency} client{'' if concurrency == '1' else 's'}"
+    if what.endswith("_shared"):
+        return f"{label}, CPUs shared"
+    return f"{label}, a CPU each" if concurrency == str(CONCURRENCY[-1]) else label
+
+
 def notes(value: Figures) -> str:
     said = ["client, server loop: a CPU each"] if value.get("cpus_apart") else []
     if value.get("cold"):
@@ -828,6 +853,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help=f"fewer samples and a burst of {QUICK.burst} claims (not {FULL.burst}): under a minute")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="also draw the claim phases' latency distributions, a panel per client, into PNG")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     start = time.perf_counter()
@@ -836,6 +863,11 @@ def main() -> None:
     figures["plan"] = {"pool": plan.pool, "workers": plan.workers, "burst": plan.burst}
     figures["elapsed_s"] = round(time.perf_counter() - start, 1)
     Console(width=200).print(table(figures, plan))
+    if args.plot:
+        m = figures["machine"]
+        plot_claims(LATENCIES, {name: claim_label(name) for name in LATENCIES}, args.plot,
+                    f"rollbox warm claims ({figures['mode']}), {m['cores']} cores, Linux {m['kernel']}, "
+                    f"server {m['server']}")
     print(json.dumps(figures), flush=True)
 
 

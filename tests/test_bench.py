@@ -23,11 +23,11 @@ SCALARS = {
 }
 
 
-def quick_figures(bench: Path, timeout: float) -> dict[str, Any]:
+def quick_figures(bench: Path, timeout: float, *options: str) -> dict[str, Any]:
     """Runs `bench --quick` on an embedded server (never one ROLLBOX_URL names): its last line's JSON."""
     embedded = {name: value for name, value in os.environ.items() if name not in ("ROLLBOX_URL", "ROLLBOX_TOKEN")}
-    done = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=timeout,
-                          env=embedded)
+    done = subprocess.run([sys.executable, str(bench), "--quick", *options], capture_output=True, text=True,
+                          timeout=timeout, env=embedded)
     assert done.returncode == 0, done.stderr[-4000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["mode"] == "quick"
@@ -53,8 +53,10 @@ MEASUREMENTS = {f"{phase}_{client}" for client in ("raw", "sdk") for phase in (
 
 
 @pytest.mark.slow
-def test_quick_server_benchmark_prints_every_figure_as_json() -> None:
-    figures = quick_figures(SERVER_BENCH, 300)
+def test_quick_server_benchmark_prints_every_figure_as_json_and_plots_the_claims(tmp_path: Path) -> None:
+    plot = tmp_path / "claims.png"
+    figures = quick_figures(SERVER_BENCH, 300, "--plot", str(plot))
+    assert plot.read_bytes().startswith(b"\x89PNG") and plot.stat().st_size > 20_000
     assert figures["machine"]["server"] == "embedded, unix"
     assert {"cores", "load_before", "load_after"} <= figures["machine"].keys()
     for name in MEASUREMENTS:
