@@ -398,6 +398,14 @@ class Control:
         await self.client.apply(resources(replicas))
         await self.settle()
 
+    async def require_room(self, replicas: int, embedded: int) -> None:
+        """Fails at once, not after SETTLE_TIMEOUT, on a node too small for a warm pool of `replicas`."""
+        most = (await self.client.health()).max_sandboxes
+        if most is not None and most < replicas:
+            raise SystemExit(f"the node runs {most} sandboxes at most and this benchmark's warm pool needs "
+                             f"{replicas}: restart the server with --max-sandboxes {embedded}, as the embedded one "
+                             "gets")
+
     async def settle(self) -> None:
         """Waits until the pool is full and no sandbox is starting or being deleted anywhere on the node."""
         deadline = time.monotonic() + SETTLE_TIMEOUT
@@ -460,10 +468,14 @@ async def claim_round(client: Client, tally: Tally, concurrency: int, size: int,
 
 async def warm_claims(client: Client, control: Control, plan: Plan, server: int | None,
                       progress: Progress) -> Figures:
-    """Warm claims at each concurrency with the client and the server's loop on CPUs of their own, then at the
-    highest again as the scheduler places them (`claim_c64_shared`), to show what sharing two cores costs."""
+    """Warm claims at each concurrency with the client and the server's loop on CPUs of their own, then, for an
+    embedded server, at the highest again as the scheduler places them (`claim_c64_shared`), to show what sharing
+    the machine's cores costs (a remote router shares none with this client)."""
     figures = {}
-    for concurrency, apart in [*((c, True) for c in CONCURRENCY), (CONCURRENCY[-1], False)]:
+    passes = [(concurrency, True) for concurrency in CONCURRENCY]
+    if server is not None:
+        passes.append((CONCURRENCY[-1], False))
+    for concurrency, apart in passes:
         tally = Tally(server, apart)
         left = max(plan.claims, concurrency) // concurrency * concurrency
         where = "" if apart else ", CPUs shared"
@@ -692,6 +704,11 @@ def engine_direct(engine: Engine, plan: Plan, progress: Progress) -> Figures:
 
 # -- the run ----------------------------------------------------------------------------------
 
+def room(plan: Plan) -> int:
+    """Sandboxes the embedded node may run: a full pool behind the burst, the burst's claims and 64 more."""
+    return 2 * plan.burst + 64
+
+
 @contextlib.contextmanager
 def router(plan: Plan) -> Iterator[tuple[str, str | None, int | None]]:
     """ROLLBOX_URL's router, or an embedded one with room for a burst and a full pool behind it."""
@@ -702,7 +719,7 @@ def router(plan: Plan) -> Iterator[tuple[str, str | None, int | None]]:
     with tempfile.TemporaryDirectory(prefix="rollbox-bench-server-") as root:
         data = Path(root) / "data"
         try:
-            with LocalServer(data, max_sandboxes=2 * plan.burst + 64) as server:
+            with LocalServer(data, max_sandboxes=room(plan)) as server:
                 yield server.url, None, server_pid()
         finally:
             teardown(Engine(data))
@@ -715,6 +732,7 @@ async def through_router(url: str, token: str | None, plan: Plan, server: int | 
     clients: list[Client] = [RawClient(url, token), SdkClient(url, token)]
     figures: Figures = {}
     try:
+        await control.require_room(max(plan.pool, plan.burst), room(plan))
         for unix in (False, True):
             figures.update(await floor_claims(plan, progress, unix))
         await control.apply(plan.pool)

@@ -384,6 +384,8 @@ def test_warm_pools_fill_hand_out_sandboxes_and_go(client: SandboxClient) -> Non
         assert time.monotonic() < deadline, "the pool never filled"
         time.sleep(0.1)
     assert [(p.name, p.template, p.replicas) for p in client.list_warmpools()] == [("basic-pool", "basic", 1)]
+    health = client.health()
+    assert health.max_sandboxes == 32 and health.pools["basic-pool"]["ready"] == 1
     with client.create_sandbox(warmpool="basic-pool") as sandbox:
         assert (sandbox.info.warmpool, sandbox.info.template) == ("basic-pool", "basic")
         assert sandbox.run("cat /opt/data/file").stdout == "baseline\n"

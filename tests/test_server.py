@@ -470,7 +470,7 @@ def test_openapi_and_health(server: Server) -> None:
     document = httpx.get(f"{server.url}/openapi.json").json()
     assert "/v1/sandboxes/{sandbox_id}/exec" in document["paths"]
     health = httpx.get(f"{server.url}/healthz").json()
-    assert health["status"] == "ok" and "basic-pool" in health["pools"]
+    assert health["status"] == "ok" and "basic-pool" in health["pools"] and health["max_sandboxes"] == 160
 
 
 def test_no_tokens_means_loopback_only(tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ class Request(BaseModel):
 class Health(BaseModel):
     status: str
     sandboxes: int = 0
+    max_sandboxes: int | None = None
+    """The most sandboxes the node runs (claimed, warm and starting); None from a server that does not say."""
     claims: int = 0
     pools: dict[str, Any] = Field(default_factory=dict)
 

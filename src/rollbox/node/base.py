@@ -55,4 +55,5 @@ class Node(Protocol):
 
     # -- operations -------------------------------------------------------------------------
     async def health(self) -> dict[str, Any]:
-        """`{"sandboxes": n, "claims": n, "pools": {name: {"template", "replicas", "ready", "starting"}}}`."""
+        """`{"sandboxes": n, "max_sandboxes": n, "claims": n, "pools": {name: {"template", "replicas", "ready",
+        "starting"}}}`."""

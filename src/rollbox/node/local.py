@@ -729,7 +729,8 @@ class LocalNode:
     async def health(self) -> dict[str, Any]:
         pools = {pool.name: {"template": pool.template, "replicas": pool.resource.spec.replicas,
                              "ready": len(pool.ready), "starting": pool.starting} for pool in self._pools.values()}
-        return {"sandboxes": self._count, "claims": len(self._claims), "pools": pools}
+        return {"sandboxes": self._count, "max_sandboxes": self.max_sandboxes, "claims": len(self._claims),
+                "pools": pools}
 
     def close(self) -> None:
         """Stops background work and waits for it. Sandboxes and claims stay for the next node."""

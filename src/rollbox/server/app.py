@@ -38,7 +38,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
 
     @routes.add("GET", "/healthz", auth=False)
     async def healthz() -> Response:
-        """{"status": "ok", "sandboxes": n, "claims": n, "pools": {...}}; needs no token."""
+        """{"status": "ok", "sandboxes": n, "max_sandboxes": n, "claims": n, "pools": {...}}; needs no token."""
         return json_response({"status": "ok", **await node.health()})
 
     @routes.add("GET", "/metrics", answer="text/plain", auth=False)
