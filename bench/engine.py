@@ -30,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rollbox.engine import Engine, Sandbox
+from rollbox.server.serve import exit_on_sigterm
 from rollbox.spec import SandboxTemplate
 
 MB = 2**20
@@ -334,6 +335,7 @@ def table(figures: Figures) -> Table:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples and 50 sandboxes: under a minute")
     parser.add_argument("--density", type=int, help="idle sandboxes to start for the density figure")

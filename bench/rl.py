@@ -33,6 +33,7 @@ from rollbox.rl.fusion import fusion_app
 from rollbox.rl.local import LocalServer
 from rollbox.rl.tasks import load_tasks
 from rollbox.server.capability import SecretPath, new_key
+from rollbox.server.serve import exit_on_sigterm
 from rollbox.server.threaded import ThreadServer
 from server import TICKS, cpu_seconds, server_pid
 
@@ -167,6 +168,7 @@ def table(figures: dict[str, Any]) -> Table:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples, the main job with 2 iterations")
     parser.add_argument("--url", help="benchmark this router instead of an embedded one (the main job still embeds)")

@@ -58,6 +58,7 @@ from rollbox.client._http import DEFAULT_TIMEOUT, Settings
 from rollbox.engine import Engine, Sandbox
 from rollbox.errors import RollboxError
 from rollbox.rl.local import LocalServer
+from rollbox.server.serve import exit_on_sigterm
 
 NAME = "rollbox-bench"
 """The template and the warm pool this benchmark applies (and deletes at the end)."""
@@ -868,6 +869,7 @@ def table(figures: Figures, plan: Plan) -> Table:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help=f"fewer samples and a burst of {QUICK.burst} claims (not {FULL.burst}): under a minute")

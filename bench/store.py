@@ -30,6 +30,7 @@ from rich.table import Table
 from engine import Figures, distribution, machine
 from rollbox.engine.database import Database
 from rollbox.node.store import SCHEMA
+from rollbox.server.serve import exit_on_sigterm
 
 RECORD = "x" * 400
 """As long as a claim's stored record."""
@@ -130,6 +131,7 @@ def table(figures: Figures) -> Table:
 
 
 def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 s per store instead of 2 x 20 s")
     args = parser.parse_args()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,27 @@ def test_quick_benchmark_prints_every_figure_as_json() -> None:
         assert 0 < figures[name]["p50"] <= figures[name]["p99"], name
     for name in SCALARS:
         assert isinstance(figures[name], int | float), name
+
+
+@pytest.mark.slow
+def test_a_benchmark_stopped_with_sigterm_still_removes_what_it_made() -> None:
+    """As `timeout` stops one: its sandboxes (their run directory, /run/rollbox/bench-*) and data directory go."""
+    runs, data = Path("/run/rollbox"), os.path.join(tempfile.gettempdir(), "rollbox-bench-*")
+    runs_before, data_before = set(runs.glob("bench-*")), set(glob.glob(data))
+    bench = subprocess.Popen([sys.executable, str(BENCH), "--quick"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(any(run.iterdir()) for run in set(runs.glob("bench-*")) - runs_before):
+            assert bench.poll() is None and time.monotonic() < deadline, "no sandbox started"
+            time.sleep(0.05)
+        bench.terminate()
+        _, stderr = bench.communicate(timeout=120)
+    finally:
+        bench.kill()
+    assert "Traceback" not in stderr, stderr[-2000:]
+    assert set(runs.glob("bench-*")) == runs_before
+    assert set(glob.glob(data)) == data_before
 
 
 SERVER_BENCH = BENCH.parent / "server.py"

@@ -67,8 +67,9 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
 
 
 def exit_on_sigterm() -> None:
-    """uvicorn shuts down gracefully on SIGTERM, then raises it again: exit then, so that what the caller opened
-    still closes (the default action would kill the process first)."""
+    """Exits on SIGTERM by raising SystemExit, so that what the process opened still closes (the default action
+    kills it first). uvicorn shuts down gracefully on SIGTERM, then raises it again; a benchmark killed by
+    `timeout` removes its sandboxes."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit)
 
