@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +20,7 @@ from rollbox.rl.train import TrainConfig, train
 from tests.rl_support import example_tasks, rl_server
 
 TASK_IDS = [task.id for task in example_tasks()][::3]
+RUN_ROOT = "/run/rollbox"
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +54,44 @@ def test_success_rises_because_of_the_rewards(url: str, tmp_path: Path) -> None:
 def test_cli_help() -> None:
     result = subprocess.run([sys.executable, "-m", "rollbox.rl.train", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "--shuffle-rewards" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_trainer_stopped_with_sigterm_stops_its_embedded_server(tmp_path: Path) -> None:
+    """`timeout` stops `make train` with SIGTERM: the embedded server it started must not live on, sandboxes
+    and all."""
+    runs_before = _run_dirs()
+    trainer = subprocess.Popen([sys.executable, "-m", "rollbox.rl.train", "--data-dir", str(tmp_path / "data"),
+                                "--out-dir", str(tmp_path / "out"), "--no-progress"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    servers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not (servers := _servers_of(trainer.pid)):
+            assert trainer.poll() is None and time.monotonic() < deadline, "the trainer started no server"
+            time.sleep(0.05)
+        trainer.terminate()
+        _, stderr = trainer.communicate(timeout=120)
+        assert "Traceback" not in stderr, stderr[-2000:]
+        assert not [pid for pid in servers if os.path.exists(f"/proc/{pid}")], "the embedded server lives on"
+        assert _run_dirs() == runs_before, "its socket's directory or its engine's stayed"
+    finally:
+        trainer.kill()
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
+def _run_dirs() -> set[str]:
+    return set(os.listdir(RUN_ROOT)) if os.path.isdir(RUN_ROOT) else set()
+
+
+def _servers_of(pid: int) -> list[int]:
+    """The embedded servers a process started (`rollbox.server` children)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    found = []
+    for child in children:
+        with contextlib.suppress(OSError):
+            if b"rollbox.server" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(int(child))
+    return found

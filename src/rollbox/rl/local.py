@@ -48,15 +48,21 @@ class LocalServer:
         self._process = subprocess.Popen([sys.executable, "-c", _SERVE, json.dumps(options)],
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.url = f"unix://{socket_path}"
+        try:
+            self._wait_healthy(self._process)
+        except BaseException:  # also an interrupt or SIGTERM while it starts: the server must not outlive us
+            self.close()
+            raise
+        return self
+
+    def _wait_healthy(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         settings = Settings(self.url, None, HEALTH_TIMEOUT)
         with settings.http_client(1) as http:
             while not _healthy(http, settings):
-                if self._process.poll() is not None or time.monotonic() > deadline:
-                    self.close()
+                if process.poll() is not None or time.monotonic() > deadline:
                     raise RollboxError(f"the embedded server on {self.url} did not start; see its output above")
                 time.sleep(0.05)
-        return self
 
     def close(self) -> None:
         """Stops the server, then deletes every sandbox and snapshot on its data (templates stay cached)."""

@@ -28,6 +28,7 @@ from rollbox.rl.grpo import CandidatePolicy, grpo_update
 from rollbox.rl.local import LocalServer
 from rollbox.rl.tasks import Task, load_tasks
 from rollbox.rl.trajectory import Trajectory, read_trajectories, write_parquet
+from rollbox.server.serve import exit_on_sigterm
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox-rl")
@@ -219,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=defaults.data_dir, help="embedded server data (%(default)s)")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # stopped by timeout or kill, the embedded server and its sandboxes still go
     train(TrainConfig(**vars(args)))
 
 
