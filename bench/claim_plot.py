@@ -8,11 +8,11 @@ TARGETS_MS = {"p50 target": 5.0, "p99 target": 25.0}
 """The 64-client warm claim's targets, drawn as lines."""
 
 
-def plot_claims(latencies: dict[str, list[float]], labels: dict[str, str], path: Path, title: str) -> None:
+def plot_claims(curves: dict[str, tuple[str, list[float]]], path: Path, title: str) -> None:
     """One panel per client of the fraction of claims answered within each latency, a line per phase.
 
-    `latencies` maps a figure's name (ending in its client: `_raw`, `_sdk`) to its samples in milliseconds;
-    figures of the raw client whose label says "floor" are drawn in both panels, as the baseline."""
+    `curves` maps a figure's name (ending in its client: `_raw`, `_sdk`) to its legend label and its samples in
+    milliseconds; the HTTP floor's (`http_floor_*`, raw client only) are drawn in both panels, as the baseline."""
     try:
         import matplotlib
     except ImportError:
@@ -20,17 +20,17 @@ def plot_claims(latencies: dict[str, list[float]], labels: dict[str, str], path:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    clients = sorted({name.rpartition("_")[2] for name in latencies})
-    colours = {label: f"C{i}" for i, label in enumerate(dict.fromkeys(labels[name] for name in latencies))}
+    clients = sorted({name.rpartition("_")[2] for name in curves})
+    colours = {label: f"C{i}" for i, label in enumerate(dict.fromkeys(label for label, _ in curves.values()))}
     figure, panels = pyplot.subplots(1, len(clients), figsize=(6 * len(clients), 4.5), sharey=True, squeeze=False)
     for panel, client in zip(panels[0], clients, strict=True):
-        for name, samples in latencies.items():
-            floor = "floor" in labels[name]
+        for name, (label, samples) in curves.items():
+            floor = name.startswith("http_floor")
             if not samples or not (name.endswith(f"_{client}") or floor):
                 continue
             ordered = sorted(samples)
             fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
-            panel.step(ordered, fractions, where="post", label=labels[name], color=colours[labels[name]],
+            panel.step(ordered, fractions, where="post", label=label, color=colours[label],
                        linestyle="--" if floor else "-")
         for text, value in TARGETS_MS.items():
             panel.axvline(value, color="grey", linewidth=0.8, linestyle=":")

@@ -30,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rollbox.engine import Engine, Sandbox
+from rollbox.engine.engine import RUN_ROOT
 from rollbox.server.serve import exit_on_sigterm
 from rollbox.spec import SandboxTemplate
 
@@ -124,7 +125,7 @@ def machine() -> Figures:
 def throwaway_engine() -> Iterator[Engine]:
     """An engine on a temporary data directory, with everything it made removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="rollbox-bench-") as root:
-        engine = Engine(Path(root) / "data", run_dir=f"/run/rollbox/bench-{secrets.token_hex(4)}")
+        engine = Engine(Path(root) / "data", run_dir=RUN_ROOT / f"bench-{secrets.token_hex(4)}")
         try:
             engine.build(SandboxTemplate.model_validate({"metadata": {"name": TEMPLATE}}))
             yield engine

@@ -69,8 +69,8 @@ CONCURRENCY = (1, 16, 64)
 MAX_CONNECTIONS = 256
 """Connections each client opens at most: the SDK's default, so a burst queues the same way in both."""
 SETTLE_TIMEOUT = 300.0
-LATENCIES: dict[str, list[float]] = {}
-"""Every sample of the claim phases (the HTTP floor's too) by figure name, for --plot."""
+CURVES: dict[str, tuple[str, list[float]]] = {}
+"""The claim phases' samples (the HTTP floor's too) by figure name, with their legend label, for --plot."""
 
 
 def resources(replicas: int) -> str:
@@ -339,9 +339,9 @@ class Tally:
         self.client_cpu += time.process_time() - client
         self.server_cpu += cpu_seconds(self.server) - server if self.server else 0.0
 
-    def figures_kept_as(self, name: str) -> Figures:
-        """The figures of a claim phase, its samples kept under `name` for --plot."""
-        LATENCIES[name] = self.latencies
+    def figures_kept_as(self, name: str, label: str) -> Figures:
+        """The figures of a claim phase, its samples kept under `name` for --plot (`label` in its legend)."""
+        CURVES[name] = (label, self.latencies)
         return self.figures()
 
     def figures(self) -> Figures:
@@ -479,15 +479,17 @@ async def warm_claims(client: Client, control: Control, plan: Plan, server: int 
     for concurrency, apart in passes:
         tally = Tally(server, apart)
         left = max(plan.claims, concurrency) // concurrency * concurrency
-        where = "" if apart else ", CPUs shared"
-        task = progress.add_task(f"claim x {concurrency} concurrent{where}, {client.label}", total=left)
+        shared = "" if apart else ", CPUs shared"
+        task = progress.add_task(f"claim x {concurrency} concurrent{shared}, {client.label}", total=left)
         while left > 0:
             size = min(left, max(concurrency, plan.round // concurrency * concurrency))
             await control.settle()
             await claim_round(client, tally, concurrency, size, progress, task)
             left -= size
         name = f"claim_c{concurrency}{'' if apart else '_shared'}_{client.name}"
-        figures[name] = tally.figures_kept_as(name)
+        clients = f"{concurrency} client{'' if concurrency == 1 else 's'}"
+        where = ", CPUs shared" if not apart else ", a CPU each" if concurrency == CONCURRENCY[-1] else ""
+        figures[name] = tally.figures_kept_as(name, clients + where)
     await control.settle()
     return figures
 
@@ -525,7 +527,7 @@ async def turnover(client: Client, control: Control, plan: Plan, server: int | N
         await release(client, held)
     await control.settle()
     name = f"claim_turnover_{client.name}"
-    return {name: {**tally.figures_kept_as(name), "clients": concurrency}}
+    return {name: {**tally.figures_kept_as(name, "turnover (claim right after a delete)"), "clients": concurrency}}
 
 
 def turnover_clients(plan: Plan) -> int:
@@ -555,7 +557,8 @@ async def floor_claims(plan: Plan, progress: Progress, unix: bool) -> Figures:
         finally:
             await client.close()
     name = f"http_floor{'_unix' if unix else ''}_c{concurrency}_raw"
-    return {name: tally.figures_kept_as(name)}
+    label = f"HTTP floor (constant answer, {'unix socket' if unix else 'loopback TCP'})"
+    return {name: tally.figures_kept_as(name, label)}
 
 
 async def round_trips(clients: list[Client], box: Sandbox, plan: Plan, server: int | None,
@@ -802,20 +805,6 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
     return name.replace("_", " "), ""
 
 
-def claim_label(name: str) -> str:
-    """A claim phase's short name in the plot's legend."""
-    what = name.rpartition("_")[0]
-    if what.startswith("http_floor"):
-        return f"HTTP floor (constant answer, {'unix socket' if '_unix' in what else 'loopback TCP'})"
-    if what == "claim_turnover":
-        return "turnover (claim right after a delete)"
-    concurrency = what.removeprefix("claim_c").removesuffix("_shared")
-    label = f"{concurrency} client{'' if concurrency == '1' else 's'}"
-    if what.endswith("_shared"):
-        return f"{label}, CPUs shared"
-    return f"{label}, a CPU each" if concurrency == str(CONCURRENCY[-1]) else label
-
-
 def notes(value: Figures) -> str:
     said = ["client, server loop: a CPU each"] if value.get("cpus_apart") else []
     if value.get("cold"):
@@ -885,7 +874,7 @@ def main() -> None:
     Console(width=200).print(table(figures, plan))
     if args.plot:
         m = figures["machine"]
-        plot_claims(LATENCIES, {name: claim_label(name) for name in LATENCIES}, args.plot,
+        plot_claims(CURVES, args.plot,
                     f"rollbox warm claims ({figures['mode']}), {m['cores']} cores, Linux {m['kernel']}, "
                     f"server {m['server']}")
     print(json.dumps(figures), flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rollbox.engine import Engine
+from rollbox.engine.engine import RUN_ROOT
 from rollbox.spec import SandboxTemplate
 
 BASIC = {"metadata": {"name": "basic"},
@@ -16,7 +18,12 @@ BASIC = {"metadata": {"name": "basic"},
 
 
 def make_engine(root: Path) -> Engine:
-    return Engine(root / "data", run_dir=f"/run/rollbox/test-{secrets.token_hex(4)}")
+    return Engine(root / "data", run_dir=RUN_ROOT / f"test-{secrets.token_hex(4)}")
+
+
+def run_dirs() -> set[str]:
+    """What RUN_ROOT holds: engines' run directories (and the network lock)."""
+    return set(os.listdir(RUN_ROOT)) if RUN_ROOT.is_dir() else set()
 
 
 def teardown_engine(engine: Engine) -> None:

@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from rollbox.engine.engine import RUN_ROOT
+from tests.conftest import run_dirs
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "engine.py"
 DISTRIBUTIONS = {
     "subprocess_true_ms", "runc_exec_true_ms", "exec_true_ms", "exec_echo_ms", "exec_true_isolated_ms",
@@ -51,13 +54,13 @@ def test_quick_benchmark_prints_every_figure_as_json() -> None:
 @pytest.mark.slow
 def test_a_benchmark_stopped_with_sigterm_still_removes_what_it_made() -> None:
     """As `timeout` stops one: its sandboxes (their run directory, /run/rollbox/bench-*) and data directory go."""
-    runs, data = Path("/run/rollbox"), os.path.join(tempfile.gettempdir(), "rollbox-bench-*")
-    runs_before, data_before = set(runs.glob("bench-*")), set(glob.glob(data))
+    data = os.path.join(tempfile.gettempdir(), "rollbox-bench-*")
+    runs_before, data_before = bench_runs(), set(glob.glob(data))
     bench = subprocess.Popen([sys.executable, str(BENCH), "--quick"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not any(any(run.iterdir()) for run in set(runs.glob("bench-*")) - runs_before):
+        while not any(any((RUN_ROOT / run).iterdir()) for run in bench_runs() - runs_before):
             assert bench.poll() is None and time.monotonic() < deadline, "no sandbox started"
             time.sleep(0.05)
         bench.terminate()
@@ -65,8 +68,13 @@ def test_a_benchmark_stopped_with_sigterm_still_removes_what_it_made() -> None:
     finally:
         bench.kill()
     assert "Traceback" not in stderr, stderr[-2000:]
-    assert set(runs.glob("bench-*")) == runs_before
+    assert bench_runs() == runs_before
     assert set(glob.glob(data)) == data_before
+
+
+def bench_runs() -> set[str]:
+    """The benchmarks' engines' run directories (`bench-*` in RUN_ROOT)."""
+    return {run for run in run_dirs() if run.startswith("bench-")}
 
 
 SERVER_BENCH = BENCH.parent / "server.py"

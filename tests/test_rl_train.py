@@ -17,10 +17,10 @@ import pytest
 from rich.console import Console
 
 from rollbox.rl.train import TrainConfig, train
+from tests.conftest import run_dirs
 from tests.rl_support import example_tasks, rl_server
 
 TASK_IDS = [task.id for task in example_tasks()][::3]
-RUN_ROOT = "/run/rollbox"
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_cli_help() -> None:
 def test_the_trainer_stopped_with_sigterm_stops_its_embedded_server(tmp_path: Path) -> None:
     """`timeout` stops `make train` with SIGTERM: the embedded server it started must not live on, sandboxes
     and all."""
-    runs_before = _run_dirs()
+    runs_before = run_dirs()
     trainer = subprocess.Popen([sys.executable, "-m", "rollbox.rl.train", "--data-dir", str(tmp_path / "data"),
                                 "--out-dir", str(tmp_path / "out"), "--no-progress"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -74,16 +74,12 @@ def test_the_trainer_stopped_with_sigterm_stops_its_embedded_server(tmp_path: Pa
         _, stderr = trainer.communicate(timeout=120)
         assert "Traceback" not in stderr, stderr[-2000:]
         assert not [pid for pid in servers if os.path.exists(f"/proc/{pid}")], "the embedded server lives on"
-        assert _run_dirs() == runs_before, "its socket's directory or its engine's stayed"
+        assert run_dirs() == runs_before, "its engine's run directory stayed"
     finally:
         trainer.kill()
         for pid in servers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
-
-
-def _run_dirs() -> set[str]:
-    return set(os.listdir(RUN_ROOT)) if os.path.isdir(RUN_ROOT) else set()
 
 
 def _servers_of(pid: int) -> list[int]:

@@ -19,12 +19,10 @@ from rollbox.engine import Engine
 from rollbox.rl.local import LocalServer
 from rollbox.server.serve import MAX_SOCKET_PATH, listen_unix
 from rollbox.server.threaded import ThreadServer
-from tests.conftest import BASIC, teardown_engine
+from tests.conftest import BASIC, run_dirs, teardown_engine
 
 NOBODY = 65534
 TEMPLATE = {"apiVersion": "rollbox.dev/v1alpha1", "kind": "SandboxTemplate", **BASIC}
-RUN_ROOT = "/run/rollbox"
-"""Where an engine keeps its sockets unless told otherwise (`/run/rollbox/<engine id>`)."""
 
 
 def connect_as(uid: int, path: str) -> int:
@@ -50,7 +48,7 @@ def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_pat
     """An open server run by root on a loopback port would let any local user run commands in its sandboxes
     and read the host's files through a template's `copy`: the embedded one takes a 0600 socket in a 0700
     directory instead, and both clients reach it there."""
-    run_dirs = set(os.listdir(RUN_ROOT)) if os.path.isdir(RUN_ROOT) else set()
+    runs_before = run_dirs()
     server = LocalServer(tmp_path / "data")
     try:
         server.start()
@@ -74,7 +72,7 @@ def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_pat
         assert asyncio.run(claim_async()).strip()
     finally:
         server.close()
-        left_in_run = set(os.listdir(RUN_ROOT)) - run_dirs
+        left_in_run = run_dirs() - runs_before
         engine = Engine(tmp_path / "data")
         left = [str(directory) for pattern in (f"rollbox/{engine.id}", f"*/rollbox/{engine.id}")
                 for directory in Path("/sys/fs/cgroup").glob(pattern)]  # v2, then v1's hierarchies

@@ -45,6 +45,8 @@ from rollbox.models import ExecResult, SandboxInfo, SandboxStats, SnapshotInfo
 from rollbox.spec import Limits, Network, SandboxTemplate
 
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox")
+RUN_ROOT = Path("/run/rollbox")
+"""Where each engine keeps its sandboxes' sockets, in `<engine id>/` unless given a `run_dir`."""
 BASE_ENV = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "HOSTNAME": "sandbox", "TERM": "dumb",
             "PYTHONDONTWRITEBYTECODE": "1"}
 """Every command's environment. No bytecode caches: Python validates a .pyc by the source's mtime in
@@ -71,7 +73,7 @@ class Engine:
         self.data_dir.chmod(0o700)
         self.store = Store(self.data_dir / "state.db")
         self.id = self.store.meta("engine_id", secrets.token_hex(4))
-        self.run_dir = Path(run_dir or f"/run/rollbox/{self.id}")
+        self.run_dir = Path(run_dir) if run_dir else RUN_ROOT / self.id
         self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.sandbox_dir = self.data_dir / "sandboxes"
         self.sandbox_dir.mkdir(exist_ok=True)

@@ -68,8 +68,7 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
 
 def exit_on_sigterm() -> None:
     """Exits on SIGTERM by raising SystemExit, so that what the process opened still closes (the default action
-    kills it first). uvicorn shuts down gracefully on SIGTERM, then raises it again; a benchmark killed by
-    `timeout` removes its sandboxes."""
+    kills it first). uvicorn shuts down gracefully on SIGTERM, then raises it again."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit)
 
