@@ -20,7 +20,7 @@ from rollbox.rl.adapters.mini_swe_agent import RollboxEnvironment
 from rollbox.rl.adapters.trl_env import RollboxTRLEnv
 from rollbox.rl.adapters.verl_tool import RollboxTool
 from rollbox.rl.loop import LoopThread
-from tests.rl_support import EXAMPLES, example_tasks, rl_server
+from tests.rl.rl_support import EXAMPLES, example_tasks, rl_server
 
 TASKS = example_tasks()
 CENTS = next(task for task in TASKS if task.id == "ledger-format-cents")

@@ -21,8 +21,8 @@ from rollbox.engine import Engine, Sandbox
 from rollbox.errors import SandboxNotRunning, TooLarge
 from rollbox.models import ExecResult
 
-pytest.register_assert_rewrite("tests.attack_support")
-from tests.attack_support import (  # noqa: E402
+pytest.register_assert_rewrite("tests.attacks.attack_support")
+from tests.attacks.attack_support import (  # noqa: E402
     LIMITS,
     Host,
     Neighbour,
@@ -33,7 +33,7 @@ from tests.attack_support import (  # noqa: E402
     rss_bytes,
 )
 
-pytest_plugins = ["tests.attack_support"]
+pytest_plugins = ["tests.attacks.attack_support"]
 DIES_ON_LIMIT = {"runc": False, "runsc": True}
 """Whether breaching a memory or pids limit kills the whole sandbox (gVisor) or one process (runc)."""
 NEIGHBOUR_P50_MS = {"runc": 50.0, "runsc": 250.0}

@@ -14,7 +14,7 @@ from rollbox.rl.prepare import apply_solution, prepare
 from rollbox.rl.repo import staged
 from rollbox.rl.tasks import HiddenTests, Task, load_tasks
 from rollbox.rl.verify import judge, parse, verify
-from tests.rl_support import example_tasks, rl_server
+from tests.rl.rl_support import example_tasks, rl_server
 
 pytestmark = pytest.mark.anyio
 TASKS = example_tasks()

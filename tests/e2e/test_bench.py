@@ -17,7 +17,7 @@ import pytest
 from rollbox.engine.engine import RUN_ROOT
 from tests.conftest import run_dirs
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "engine.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "engine.py"
 DISTRIBUTIONS = {
     "subprocess_true_ms", "runc_exec_true_ms", "exec_true_ms", "exec_echo_ms", "exec_true_isolated_ms",
     "create_ms", "delete_ms",

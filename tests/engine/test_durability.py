@@ -16,7 +16,7 @@ from pathlib import Path
 from rollbox.engine import Engine, mounts
 from rollbox.engine.cgroups import ROOT as CGROUP_ROOT
 from rollbox.engine.cgroups import is_v2
-from tests.attack_support import cgroup_value
+from tests.attacks.attack_support import cgroup_value
 from tests.conftest import make_engine, teardown_engine
 
 HOLDER = textwrap.dedent("""
@@ -64,7 +64,7 @@ def footprint(engine: Engine) -> dict[str, object]:
 def test_sigkilled_engine_is_adopted_and_orphans_removed(tmp_path: Path) -> None:
     data, run = tmp_path / "data", f"/run/rollbox/test-durable-{os.getpid()}"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(data), run], stdout=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).parent.parent)
+                              cwd=Path(__file__).parents[2])
     try:
         ids = json.loads(holder.stdout.readline())
     finally:

@@ -21,10 +21,10 @@ import pytest
 from rollbox.engine import Engine, Sandbox
 from rollbox.errors import InvalidRequest, SandboxNotRunning
 
-pytest.register_assert_rewrite("tests.attack_support")
-from tests.attack_support import Host, Neighbour, answers_or_resets, new_sandbox  # noqa: E402
+pytest.register_assert_rewrite("tests.attacks.attack_support")
+from tests.attacks.attack_support import Host, Neighbour, answers_or_resets, new_sandbox  # noqa: E402
 
-pytest_plugins = ["tests.attack_support"]
+pytest_plugins = ["tests.attacks.attack_support"]
 USERS = pytest.mark.parametrize("user", [None, "root"], ids=["user", "root"])
 
 

@@ -11,7 +11,7 @@ from rollbox.errors import InvalidRequest
 from rollbox.rl.actions import TOOLS, InvalidAction, parse_action
 from rollbox.rl.env import AsyncSandboxEnv, SandboxEnv
 from rollbox.rl.episode import EpisodeLimits
-from tests.rl_support import example_tasks, rl_server
+from tests.rl.rl_support import example_tasks, rl_server
 
 pytestmark = pytest.mark.anyio
 TASKS = example_tasks()

@@ -15,10 +15,10 @@ import pytest
 from rollbox.engine import Engine, Sandbox
 from rollbox.errors import SandboxNotRunning
 
-pytest.register_assert_rewrite("tests.attack_support")
-from tests.attack_support import BASELINE, Host, Neighbour, answers_or_resets  # noqa: E402
+pytest.register_assert_rewrite("tests.attacks.attack_support")
+from tests.attacks.attack_support import BASELINE, Host, Neighbour, answers_or_resets  # noqa: E402
 
-pytest_plugins = ["tests.attack_support"]
+pytest_plugins = ["tests.attacks.attack_support"]
 RM_BUDGET = {"runc": 60.0, "runsc": 12.0}
 
 

@@ -19,7 +19,7 @@ import yaml
 from rollbox.client import SandboxClient
 from rollbox.engine import Engine
 from tests.conftest import teardown_engine
-from tests.test_client import ADMINS, TEMPLATE, TOKENS, router
+from tests.e2e.test_client import ADMINS, TEMPLATE, TOKENS, router
 
 ROLLBOX = Path(sys.executable).with_name("rollbox")
 RESOURCES = TEMPLATE.replace("name: basic", "name: cli-basic") + """\

@@ -11,7 +11,7 @@ import pytest
 
 from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.trajectory import Trajectory, TrajectoryLog, read_trajectories, write_parquet
-from tests.rl_support import example_tasks, rl_server
+from tests.rl.rl_support import example_tasks, rl_server
 
 pytestmark = pytest.mark.anyio
 TASKS = [task for task in example_tasks() if task.id in ("ledger-format-cents", "intervals-merge-unsorted")]

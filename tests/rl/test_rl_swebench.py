@@ -13,7 +13,7 @@ from rollbox.client import AsyncSandboxClient
 from rollbox.rl.prepare import apply_solution, prepare
 from rollbox.rl.swebench import load_swebench
 from rollbox.rl.verify import verify
-from tests.rl_support import rl_server
+from tests.rl.rl_support import rl_server
 
 pytestmark = pytest.mark.anyio
 

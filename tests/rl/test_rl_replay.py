@@ -12,7 +12,7 @@ from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.env import AsyncSandboxEnv
 from rollbox.rl.replay import replay
 from rollbox.rl.trajectory import read_trajectories
-from tests.rl_support import example_tasks, rl_server
+from tests.rl.rl_support import example_tasks, rl_server
 
 pytestmark = pytest.mark.anyio
 TASKS = [task for task in example_tasks() if task.id in ("textkit-wrap-exact-width", "ledger-split-remainder")]

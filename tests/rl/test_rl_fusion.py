@@ -24,8 +24,8 @@ from rollbox.client import AsyncSandboxClient
 from rollbox.rl.fusion import KEY_ENV, fusion_app
 from rollbox.server.capability import SecretPath, new_key
 from rollbox.server.threaded import ThreadServer
-from tests.rl_support import rl_server
-from tests.test_unix_socket import NOBODY, connect_as
+from tests.rl.rl_support import rl_server
+from tests.server.test_unix_socket import NOBODY, connect_as
 
 fusion = pytest.importorskip("sandbox_fusion")
 

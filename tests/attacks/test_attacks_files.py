@@ -25,10 +25,10 @@ from rollbox.engine.files import MAX_DEPTH
 from rollbox.errors import InvalidPath, InvalidRequest, RollboxError
 from rollbox.models import FileInfo
 
-pytest.register_assert_rewrite("tests.attack_support")
-from tests.attack_support import Host, Neighbour  # noqa: E402
+pytest.register_assert_rewrite("tests.attacks.attack_support")
+from tests.attacks.attack_support import Host, Neighbour  # noqa: E402
 
-pytest_plugins = ["tests.attack_support"]
+pytest_plugins = ["tests.attacks.attack_support"]
 CLIMB = "../" * 24
 """More `..` than any sandbox root is deep on the host."""
 

@@ -17,8 +17,8 @@ import pytest
 
 from rollbox.engine import Engine
 from rollbox.errors import SandboxNotFound
+from rollbox.models import ClaimRequest, SandboxInfo
 from rollbox.node import LocalNode
-from rollbox.node.models import ClaimInfo, ClaimRequest
 from rollbox.server import create_app
 from rollbox.spec import SandboxTemplate, SandboxWarmPool
 from tests.conftest import BASIC, make_engine, teardown_engine
@@ -30,23 +30,23 @@ class StubNode:
     """Claims in a dict; `claim` with template "boom" fails the way a bug would."""
 
     def __init__(self) -> None:
-        self.claimed: dict[str, ClaimInfo] = {}
+        self.claimed: dict[str, SandboxInfo] = {}
 
-    async def claim(self, tenant: str, request: ClaimRequest) -> ClaimInfo:
+    async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
         if request.template == "boom":
             raise RuntimeError("boom")
-        info = ClaimInfo(id=f"c{len(self.claimed)}", template=request.template or "t", warmpool=request.warmpool,
+        info = SandboxInfo(id=f"c{len(self.claimed)}", template=request.template or "t", warmpool=request.warmpool,
                          tenant=tenant, state="running", created_at=time.time())
         self.claimed[info.id] = info
         return info
 
-    async def get(self, tenant: str, claim_id: str) -> ClaimInfo:
+    async def get(self, tenant: str, claim_id: str) -> SandboxInfo:
         info = self.claimed.get(claim_id)
         if info is None or info.tenant != tenant:
             raise SandboxNotFound(f"sandbox {claim_id!r} does not exist")
         return info
 
-    async def claims(self, tenant: str) -> list[ClaimInfo]:
+    async def claims(self, tenant: str) -> list[SandboxInfo]:
         return [info for info in self.claimed.values() if info.tenant == tenant]
 
     async def delete(self, tenant: str, claim_id: str) -> None:

@@ -21,9 +21,10 @@ from rollbox.errors import (
     SandboxNotRunning,
     TemplateNotFound,
 )
-from rollbox.node import ClaimRequest, ExecRequest, LocalNode, local, pools
+from rollbox.models import ClaimRequest, ExecRequest
+from rollbox.node import LocalNode, local, pools
 from rollbox.spec import SandboxTemplate, SandboxWarmPool, parse_resource
-from tests.attack_support import cgroup_value
+from tests.attacks.attack_support import cgroup_value
 from tests.conftest import BASIC, make_engine, teardown_engine, template_for
 
 pytestmark = pytest.mark.anyio

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from rollbox.rl.train import TrainConfig, train
 from tests.conftest import run_dirs
-from tests.rl_support import example_tasks, rl_server
+from tests.rl.rl_support import example_tasks, rl_server
 
 TASK_IDS = [task.id for task in example_tasks()][::3]
 

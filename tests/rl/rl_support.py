@@ -12,7 +12,7 @@ from rollbox.rl.local import LocalServer
 from rollbox.rl.tasks import Task, load_tasks
 from tests.conftest import teardown_engine
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TEMPLATE = EXAMPLES / "templates" / "rl-python.yaml"
 
 

@@ -19,10 +19,10 @@ import pytest
 
 from rollbox.engine import Sandbox
 
-pytest.register_assert_rewrite("tests.attack_support")
-from tests.attack_support import Neighbour  # noqa: E402
+pytest.register_assert_rewrite("tests.attacks.attack_support")
+from tests.attacks.attack_support import Neighbour  # noqa: E402
 
-pytest_plugins = ["tests.attack_support"]
+pytest_plugins = ["tests.attacks.attack_support"]
 
 
 @dataclass
