@@ -2,7 +2,9 @@
 
 from typing import Any
 
-__version__ = "0.1.0"
+from rollbox._version import __version__
+
+__all__ = ["AsyncSandboxClient", "SandboxClient", "__version__"]
 
 _SDK = ("SandboxClient", "AsyncSandboxClient")
 

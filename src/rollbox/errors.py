@@ -1,10 +1,65 @@
-"""One exception hierarchy for every layer, so the SDK raises the same types the engine does.
+"""Every error rollbox raises, in one tree, so the SDK raises the same types the engine and node do.
 
-Each error has a stable `code` (sent over HTTP) and an HTTP `status`, and its message says what
-the caller can do about it.
+Each error has a stable `code` (sent over HTTP as `{"error": {"code", "message"}}`) and the HTTP
+`status` it answers with; its message says what the caller can do about it. The SDK rebuilds the
+typed error from the code (`from_code`), and falls back on the status for answers that are not
+rollbox's own (a proxy's 502).
+
+    RollboxError (500 internal)
+    ├── InvalidRequest (400 invalid_request)
+    │   ├── InvalidResource (400 invalid_resource)     a template or warm pool that cannot be
+    │   ├── InvalidPath (400 invalid_path)             a path that would leave the sandbox
+    │   ├── UnprocessableBody (422 invalid_request)    malformed JSON, a missing or mistyped field
+    │   ├── MethodNotAllowed (405 invalid_request)
+    │   ├── EditFailed (400 edit_failed)               an RL edit whose text is missing or ambiguous
+    │   └── InvalidAction (400 invalid_action)         a policy's output that is no tool call
+    ├── Unauthorized (401 unauthorized)
+    ├── Forbidden (403 forbidden)                      a tenant asking for what only admins may do
+    ├── NotFound (404 not_found)
+    │   ├── SandboxNotFound (404 sandbox_not_found)
+    │   ├── TemplateNotFound (404 template_not_found)
+    │   ├── SnapshotNotFound (404 snapshot_not_found)
+    │   └── FileNotFound (404 file_not_found)
+    ├── Conflict (409 conflict)
+    │   └── SandboxNotRunning (409 sandbox_not_running)
+    ├── TooLarge (413 too_large)
+    ├── CapacityExceeded (429 capacity_exceeded)
+    ├── BuildFailed (422 build_failed)                 a template step failed
+    ├── TaskSetupFailed (422 task_setup_failed)        an RL task's own setup failed
+    ├── RuntimeUnavailable (503 runtime_unavailable)
+    ├── NodeUnavailable (503 node_unavailable)
+    └── ConnectionFailed (503 connection_failed)       the SDK could not reach the router
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "BuildFailed",
+    "CapacityExceeded",
+    "Conflict",
+    "ConnectionFailed",
+    "EditFailed",
+    "FileNotFound",
+    "Forbidden",
+    "InvalidAction",
+    "InvalidPath",
+    "InvalidRequest",
+    "InvalidResource",
+    "MethodNotAllowed",
+    "NodeUnavailable",
+    "NotFound",
+    "RollboxError",
+    "RuntimeUnavailable",
+    "SandboxNotFound",
+    "SandboxNotRunning",
+    "SnapshotNotFound",
+    "TaskSetupFailed",
+    "TemplateNotFound",
+    "TooLarge",
+    "Unauthorized",
+    "UnprocessableBody",
+    "from_code",
+]
 
 
 class RollboxError(Exception):
@@ -25,6 +80,30 @@ class InvalidPath(InvalidRequest):
     """A path that is malformed or would leave the sandbox root."""
 
     code = "invalid_path"
+
+
+class UnprocessableBody(InvalidRequest):
+    """Malformed JSON, a missing or mistyped field: 422, as docs/api.md says."""
+
+    status = 422
+
+
+class MethodNotAllowed(InvalidRequest):
+    """A known path asked with a method it does not take."""
+
+    status = 405
+
+
+class EditFailed(InvalidRequest):
+    """The text to replace is missing or ambiguous; the message says which."""
+
+    code = "edit_failed"
+
+
+class InvalidAction(InvalidRequest):
+    """The policy's output is not one of the tools; the episode goes on and the agent sees why."""
+
+    code = "invalid_action"
 
 
 class Unauthorized(RollboxError):
@@ -93,6 +172,13 @@ class BuildFailed(RollboxError):
         self.output = output
 
 
+class TaskSetupFailed(RollboxError):
+    """A task's setup command or edit failed: the task file is wrong, not the agent."""
+
+    code = "task_setup_failed"
+    status = 422
+
+
 class RuntimeUnavailable(RollboxError):
     code = "runtime_unavailable"
     status = 503
@@ -103,11 +189,18 @@ class NodeUnavailable(RollboxError):
     status = 503
 
 
+class ConnectionFailed(RollboxError):
+    """The router could not be reached, or stopped answering mid-call."""
+
+    code = "connection_failed"
+    status = 503
+
+
 ALL: dict[str, type[RollboxError]] = {}
 
 
 def _register(cls: type[RollboxError]) -> None:
-    ALL[cls.code] = cls
+    ALL.setdefault(cls.code, cls)
     for sub in cls.__subclasses__():
         _register(sub)
 

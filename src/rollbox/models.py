@@ -1,10 +1,95 @@
-"""Result shapes shared by the engine, the server and the SDK: one pydantic model per wire shape."""
+"""Every wire shape, once: requests, answers, stream events and the error body.
+
+The server validates and writes these; the SDK writes and reads the same classes, so the two can
+not drift apart. Requests forbid unknown fields (a misspelt one is an error, not ignored); answers
+ignore fields they do not know, so an older SDK keeps working against a newer router. Limits that
+a request must respect (the fork cap) live on its model.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from rollbox.spec import parse_seconds
+
+MAX_FORK = 64
+"""The most sandboxes one fork makes."""
+
+PositiveSeconds = Annotated[float, BeforeValidator(parse_seconds), Field(gt=0)]
+SandboxState = Literal["running", "paused", "stopped"]
+ApplyStatus = Literal["created", "configured", "unchanged"]
+
+
+class Request(BaseModel):
+    """A request body: a misspelt field is an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+class ClaimRequest(Request):
+    """What `POST /v1/sandboxes` asks for: a warm pool, a template or a snapshot to start from."""
+
+    template: str | None = None
+    warmpool: str | None = None
+    snapshot: str | None = None
+    shutdown_after: PositiveSeconds | None = None
+    """Seconds (or `10m`, `1h`) until the claim ends and its sandbox is deleted."""
+    idle_pause_after: PositiveSeconds | None = None
+    """Seconds without calls after which the sandbox is paused."""
+    env: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+
+
+class ExecRequest(Request):
+    """One command. A string runs under `/bin/sh -c`; a list is the argv."""
+
+    command: str | list[str]
+    timeout: float | None = Field(None, gt=0)
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    user: str | None = None
+    stdin: str | None = None
+    output_limit: int | None = Field(None, gt=0)
+    """Bytes of stdout and of stderr kept (the template's limit by default)."""
+    isolated: bool = False
+    """Run in a throw-away copy of the sandbox: what the command writes and starts is gone when it ends."""
+
+
+class ForkRequest(Request):
+    count: int = Field(ge=1, le=MAX_FORK)
+
+
+class SnapshotRequest(Request):
+    name: str
+
+
+class ApplyRequest(Request):
+    documents: list[dict[str, Any]]
+    context_dir: str | None = None
+    """The directory `copy` steps read from, on the server's machine (the YAML file's directory)."""
+
+
+# -- answers --------------------------------------------------------------------------------------
+
+class SandboxInfo(BaseModel):
+    """A tenant's sandbox. Its id stays the same across `reset`."""
+
+    id: str
+    template: str
+    warmpool: str | None = None
+    tenant: str
+    state: SandboxState
+    """A stopped sandbox's container stopped (killed on the host, out of memory): calls fail until `reset`."""
+    created_at: float
+    expires_at: float | None = None
+    idle_pause_after: float | None = None
+    snapshot: str | None = None
+    parent: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
 
 
 class ExecResult(BaseModel):
@@ -34,19 +119,16 @@ class FileInfo(BaseModel):
     """Where a symlink points (as written, never resolved)."""
 
 
-SandboxState = Literal["running", "paused", "stopped"]
+class ArchiveResult(BaseModel):
+    entries: int
 
 
-class SandboxInfo(BaseModel):
-    id: str
-    template: str
-    state: SandboxState
-    runtime: str
-    created_at: float
-    expires_at: float | None = None
-    snapshot: str | None = None
-    parent: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+class SandboxStats(BaseModel):
+    memory_bytes: int
+    memory_peak_bytes: int
+    cpu_seconds: float
+    pids: int
+    disk_bytes: int
 
 
 class SnapshotInfo(BaseModel):
@@ -56,9 +138,70 @@ class SnapshotInfo(BaseModel):
     source: str | None = None
 
 
-class SandboxStats(BaseModel):
-    memory_bytes: int
-    memory_peak_bytes: int
-    cpu_seconds: float
-    pids: int
-    disk_bytes: int
+class TemplateInfo(BaseModel):
+    name: str
+    spec: dict[str, Any]
+    built_at: float
+
+
+class WarmPoolInfo(BaseModel):
+    name: str
+    template: str
+    replicas: int
+    max_replicas: int | None = None
+    target: int
+    """Ready sandboxes it keeps now: `replicas`, raised towards `max_replicas` by recent bursts of claims."""
+    ready: int
+    starting: int
+
+
+class Health(BaseModel):
+    """`GET /healthz`: needs no token."""
+
+    status: str
+    sandboxes: int = 0
+    max_sandboxes: int | None = None
+    """The most sandboxes the node runs (claimed, warm and starting); None from a server that does not say."""
+    claims: int = 0
+    pools: dict[str, Any] = Field(default_factory=dict)
+
+
+# -- stream events --------------------------------------------------------------------------------
+
+class ExecEvent(BaseModel):
+    """One line of the exec stream: output as produced, then the result (or an error)."""
+
+    type: Literal["stdout", "stderr", "result", "error"]
+    data: str = ""
+    result: ExecResult | None = None
+    code: str | None = None
+    message: str | None = None
+
+
+class ApplyEvent(BaseModel):
+    """One line of the apply stream; which fields are set depends on `event`."""
+
+    event: Literal["progress", "applied", "error", "done"]
+    kind: str | None = None
+    name: str | None = None
+    message: str | None = None
+    status: ApplyStatus | None = None
+    code: str | None = None
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+class ErrorDetail(BaseModel):
+    code: str
+    """A `rollbox.errors` class's `code`."""
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: `{"error": {"code", "message"}}`, with the status of the code's class."""
+
+    error: ErrorDetail
+
+    @classmethod
+    def of(cls, code: str, message: str) -> ErrorBody:
+        return cls(error=ErrorDetail(code=code, message=message))

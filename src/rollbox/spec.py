@@ -258,15 +258,6 @@ class SandboxWarmPool(Model):
     spec: WarmPoolSpec
 
 
-class ClaimSpec(Model):
-    template: str | None = None
-    warmpool: str | None = None
-    snapshot: str | None = None
-    shutdown_after: Seconds | None = Field(None, alias="shutdownAfter")
-    idle_pause_after: Seconds | None = Field(None, alias="idlePauseAfter")
-    env: dict[str, str] = Field(default_factory=dict)
-
-
 Resource = SandboxTemplate | SandboxWarmPool
 _KINDS: dict[str, type[Model]] = {"SandboxTemplate": SandboxTemplate, "SandboxWarmPool": SandboxWarmPool}
 

@@ -7,23 +7,21 @@ with client.create_sandbox(template="py-bugfix", warmpool="py-bugfix-pool") as s
 ```
 """
 
-from rollbox.client._http import ConnectionFailed
 from rollbox.client.aio import AsyncSandbox, AsyncSandboxClient
-from rollbox.client.models import ApplyEvent
 from rollbox.client.sync import Sandbox, SandboxClient
-from rollbox.models import ExecResult, FileInfo, SnapshotInfo
-from rollbox.node.models import ClaimInfo, TemplateInfo, WarmPoolInfo
+from rollbox.errors import ConnectionFailed
+from rollbox.models import ApplyEvent, ExecResult, FileInfo, SandboxInfo, SnapshotInfo, TemplateInfo, WarmPoolInfo
 
 __all__ = [
     "ApplyEvent",
     "AsyncSandbox",
     "AsyncSandboxClient",
-    "ClaimInfo",
     "ConnectionFailed",
     "ExecResult",
     "FileInfo",
     "Sandbox",
     "SandboxClient",
+    "SandboxInfo",
     "SnapshotInfo",
     "TemplateInfo",
     "WarmPoolInfo",

@@ -18,17 +18,24 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from rollbox import errors, spec
 from rollbox.client import _archive
 from rollbox.client._http import Answer, error_from, raise_for_error
-from rollbox.client.models import (
+from rollbox.models import (
     ApplyEvent,
     ApplyRequest,
     ArchiveResult,
+    ClaimRequest,
     ExecEvent,
+    ExecRequest,
+    ExecResult,
+    FileInfo,
     ForkRequest,
     Health,
+    SandboxInfo,
+    SandboxStats,
+    SnapshotInfo,
     SnapshotRequest,
+    TemplateInfo,
+    WarmPoolInfo,
 )
-from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
-from rollbox.node.models import ClaimInfo, ClaimRequest, ExecRequest, TemplateInfo, WarmPoolInfo
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -157,8 +164,8 @@ def _exists(answer: Answer) -> bool:
 
 
 _HEALTH = _json(TypeAdapter(Health))
-_SANDBOX = _json(TypeAdapter(ClaimInfo))
-_SANDBOXES = _json(TypeAdapter(list[ClaimInfo]))
+_SANDBOX = _json(TypeAdapter(SandboxInfo))
+_SANDBOXES = _json(TypeAdapter(list[SandboxInfo]))
 _TEMPLATE = _json(TypeAdapter(TemplateInfo))
 _TEMPLATES = _json(TypeAdapter(list[TemplateInfo]))
 _WARMPOOL = _json(TypeAdapter(WarmPoolInfo))
@@ -305,15 +312,15 @@ def _sandbox(sandbox_id: str, tail: str = "") -> str:
     return f"/v1/sandboxes/{_name(sandbox_id)}{tail}"
 
 
-def create_sandbox(options: ClaimOptions) -> Call[ClaimInfo]:
+def create_sandbox(options: ClaimOptions) -> Call[SandboxInfo]:
     return _post("/v1/sandboxes", _SANDBOX, _body(ClaimRequest, **options))
 
 
-def list_sandboxes() -> Call[list[ClaimInfo]]:
+def list_sandboxes() -> Call[list[SandboxInfo]]:
     return _get("/v1/sandboxes", _SANDBOXES)
 
 
-def get_sandbox(sandbox_id: str) -> Call[ClaimInfo]:
+def get_sandbox(sandbox_id: str) -> Call[SandboxInfo]:
     return _get(_sandbox(sandbox_id), _SANDBOX)
 
 
@@ -321,11 +328,11 @@ def delete_sandbox(sandbox_id: str) -> Call[None]:
     return _delete(_sandbox(sandbox_id))
 
 
-def reset(sandbox_id: str) -> Call[ClaimInfo]:
+def reset(sandbox_id: str) -> Call[SandboxInfo]:
     return _post(_sandbox(sandbox_id, "/reset"), _SANDBOX)
 
 
-def fork(sandbox_id: str, count: int) -> Call[list[ClaimInfo]]:
+def fork(sandbox_id: str, count: int) -> Call[list[SandboxInfo]]:
     return _post(_sandbox(sandbox_id, "/fork"), _SANDBOXES, _body(ForkRequest, count=count))
 
 
@@ -333,11 +340,11 @@ def snapshot(sandbox_id: str, name: str) -> Call[SnapshotInfo]:
     return _post(_sandbox(sandbox_id, "/snapshot"), _SNAPSHOT, _body(SnapshotRequest, name=name))
 
 
-def pause(sandbox_id: str) -> Call[ClaimInfo]:
+def pause(sandbox_id: str) -> Call[SandboxInfo]:
     return _post(_sandbox(sandbox_id, "/pause"), _SANDBOX)
 
 
-def resume(sandbox_id: str) -> Call[ClaimInfo]:
+def resume(sandbox_id: str) -> Call[SandboxInfo]:
     return _post(_sandbox(sandbox_id, "/resume"), _SANDBOX)
 
 

@@ -10,8 +10,9 @@ from urllib.parse import urlencode
 import httpx
 from pydantic import ValidationError
 
-from rollbox import __version__, errors
-from rollbox.client.models import ErrorBody
+from rollbox import errors
+from rollbox._version import __version__
+from rollbox.models import ErrorBody
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 UNIX = "unix://"
@@ -54,13 +55,6 @@ class Answer:
     @property
     def text(self) -> str:
         return self.content.decode(errors="replace")
-
-
-class ConnectionFailed(errors.RollboxError):
-    """The router could not be reached, or stopped answering mid-call."""
-
-    code = "connection_failed"
-    status = 503
 
 
 class Settings:
@@ -161,11 +155,11 @@ def error_from(answer: Answer) -> errors.RollboxError:
     return errors.from_code(body.error.code, body.error.message)
 
 
-def connection_failed(base_url: str, method: str, path: str, error: httpx.TransportError) -> ConnectionFailed:
+def connection_failed(base_url: str, method: str, path: str, error: httpx.TransportError) -> errors.ConnectionFailed:
     if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout):
-        return ConnectionFailed(f"cannot reach the rollbox server at {base_url} ({error}): start it with "
+        return errors.ConnectionFailed(f"cannot reach the rollbox server at {base_url} ({error}): start it with "
                                 "`rollbox serve`, or point ROLLBOX_URL (--url) at the one that runs")
     if isinstance(error, httpx.TimeoutException):
-        return ConnectionFailed(f"{method} {path}: the server at {base_url} did not answer in time: "
+        return errors.ConnectionFailed(f"{method} {path}: the server at {base_url} did not answer in time: "
                                 "raise the client's timeout, or check the server's load")
-    return ConnectionFailed(f"{method} {path} to {base_url} failed: {str(error) or type(error).__name__}")
+    return errors.ConnectionFailed(f"{method} {path} to {base_url} failed: {str(error) or type(error).__name__}")

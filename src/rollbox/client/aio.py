@@ -14,9 +14,17 @@ from rollbox import errors
 from rollbox.client import _calls as calls
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Answer, Settings, connection_failed, error_from
 from rollbox.client._transport import PoolTransport, Reply
-from rollbox.client.models import ApplyEvent, Health
-from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
-from rollbox.node.models import ClaimInfo, TemplateInfo, WarmPoolInfo
+from rollbox.models import (
+    ApplyEvent,
+    ExecResult,
+    FileInfo,
+    Health,
+    SandboxInfo,
+    SandboxStats,
+    SnapshotInfo,
+    TemplateInfo,
+    WarmPoolInfo,
+)
 
 T = TypeVar("T")
 
@@ -175,7 +183,7 @@ class Claiming:
 class AsyncSandbox:
     """A claimed sandbox. Holding one costs nothing; each method is one HTTP call."""
 
-    def __init__(self, client: AsyncSandboxClient, info: ClaimInfo) -> None:
+    def __init__(self, client: AsyncSandboxClient, info: SandboxInfo) -> None:
         self._client = client
         self.info = info
         """What the router last said about this sandbox; `refresh()` asks again."""

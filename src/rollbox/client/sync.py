@@ -20,9 +20,17 @@ from rollbox.client._http import (
     connection_failed,
     error_from,
 )
-from rollbox.client.models import ApplyEvent, Health
-from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
-from rollbox.node.models import ClaimInfo, TemplateInfo, WarmPoolInfo
+from rollbox.models import (
+    ApplyEvent,
+    ExecResult,
+    FileInfo,
+    Health,
+    SandboxInfo,
+    SandboxStats,
+    SnapshotInfo,
+    TemplateInfo,
+    WarmPoolInfo,
+)
 
 T = TypeVar("T")
 
@@ -142,7 +150,7 @@ class SandboxClient:
 class Sandbox:
     """A claimed sandbox. Holding one costs nothing; each method is one HTTP call."""
 
-    def __init__(self, client: SandboxClient, info: ClaimInfo) -> None:
+    def __init__(self, client: SandboxClient, info: SandboxInfo) -> None:
         self._client = client
         self.info = info
         """What the router last said about this sandbox; `refresh()` asks again."""

@@ -2,7 +2,5 @@
 
 from rollbox.node.base import FileOp, Node
 from rollbox.node.local import LocalNode
-from rollbox.node.models import ClaimInfo, ClaimRequest, ExecRequest, TemplateInfo, WarmPoolInfo
 
-__all__ = ["ClaimInfo", "ClaimRequest", "ExecRequest", "FileOp", "LocalNode", "Node", "TemplateInfo",
-           "WarmPoolInfo"]
+__all__ = ["FileOp", "LocalNode", "Node"]

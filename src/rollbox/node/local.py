@@ -35,9 +35,18 @@ from rollbox.errors import (
     SnapshotNotFound,
     TemplateNotFound,
 )
-from rollbox.models import ExecResult, SandboxStats, SnapshotInfo
+from rollbox.models import (
+    ApplyStatus,
+    ClaimRequest,
+    ExecRequest,
+    ExecResult,
+    SandboxInfo,
+    SandboxStats,
+    SnapshotInfo,
+    TemplateInfo,
+    WarmPoolInfo,
+)
 from rollbox.node.base import FileOp, OutputCallback
-from rollbox.node.models import ApplyStatus, ClaimInfo, ClaimRequest, ExecRequest, TemplateInfo, WarmPoolInfo
 from rollbox.node.pools import REFILL_QUIET, WarmPool
 from rollbox.node.store import Claim, NodeStore
 from rollbox.node.watch import ExitWatch
@@ -220,7 +229,7 @@ class LocalNode:
 
     # -- claims -----------------------------------------------------------------------------
 
-    async def claim(self, tenant: str, request: ClaimRequest) -> ClaimInfo:
+    async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
         """Takes a warm sandbox on the event loop (microseconds); only a cold start goes to a thread."""
         self._last_claim = time.monotonic()
         template = self._claim_template(request)
@@ -293,16 +302,16 @@ class LocalNode:
                 self._release(1)
                 raise
 
-    async def claims(self, tenant: str) -> list[ClaimInfo]:
+    async def claims(self, tenant: str) -> list[SandboxInfo]:
         owned = [claim for claim in list(self._claims.values()) if claim.tenant == tenant]
         owned.sort(key=lambda c: c.created_at)
         # Each claim's state reads its runtime's state file: a long list is read off the event loop.
         return await to_thread.run_sync(lambda: [self._shown(claim) for claim in owned])
 
-    async def get(self, tenant: str, claim_id: str) -> ClaimInfo:
+    async def get(self, tenant: str, claim_id: str) -> SandboxInfo:
         return self._shown(self._get(tenant, claim_id))
 
-    def _shown(self, claim: Claim) -> ClaimInfo:
+    def _shown(self, claim: Claim) -> SandboxInfo:
         """The claim as `get` and `list` show it: "stopped" once its container has (killed on the host, out of
         memory), until a reset. A claim with a call in flight may be restarting in place, so it shows running."""
         info = claim.info()
@@ -406,10 +415,10 @@ class LocalNode:
                 claim.paused = None
                 self.store.put_claims([claim])
 
-    async def reset(self, tenant: str, claim_id: str) -> ClaimInfo:
+    async def reset(self, tenant: str, claim_id: str) -> SandboxInfo:
         return await to_thread.run_sync(self._reset, self._get(tenant, claim_id))
 
-    def _reset(self, claim: Claim) -> ClaimInfo:
+    def _reset(self, claim: Claim) -> SandboxInfo:
         with self._using(claim), self._holding(claim):
             snapshot = _snapshot_key(claim.tenant, claim.snapshot) if claim.snapshot else None
             warm = None if snapshot else self._take_warm(claim.template, claim.warmpool)
@@ -426,12 +435,12 @@ class LocalNode:
         self._delete_later(old)
         return claim.info()
 
-    async def fork(self, tenant: str, claim_id: str, count: int) -> list[ClaimInfo]:
+    async def fork(self, tenant: str, claim_id: str, count: int) -> list[SandboxInfo]:
         if not 1 <= count <= MAX_FORK:
             raise InvalidRequest(f"fork count must be between 1 and {MAX_FORK}")
         return await to_thread.run_sync(self._fork, self._get(tenant, claim_id), count)
 
-    def _fork(self, parent: Claim, count: int) -> list[ClaimInfo]:
+    def _fork(self, parent: Claim, count: int) -> list[SandboxInfo]:
         with self._using(parent), self._holding(parent):
             self._take_quota(parent.tenant, count)
             try:
@@ -459,16 +468,16 @@ class LocalNode:
                 self._claims.update((child.id, child) for child in children)
         return [child.info() for child in children]
 
-    async def pause(self, tenant: str, claim_id: str) -> ClaimInfo:
+    async def pause(self, tenant: str, claim_id: str) -> SandboxInfo:
         return await to_thread.run_sync(self._set_paused, self._get(tenant, claim_id), "user")
 
-    async def resume(self, tenant: str, claim_id: str) -> ClaimInfo:
+    async def resume(self, tenant: str, claim_id: str) -> SandboxInfo:
         return await to_thread.run_sync(self._set_paused, self._get(tenant, claim_id), None)
 
     async def stats(self, tenant: str, claim_id: str) -> SandboxStats:
         return await to_thread.run_sync(self.engine.stats, self._get(tenant, claim_id).sandbox_id)
 
-    def _set_paused(self, claim: Claim, paused: str | None) -> ClaimInfo:
+    def _set_paused(self, claim: Claim, paused: str | None) -> SandboxInfo:
         with self._holding(claim):
             if paused:
                 self.engine.pause(claim.sandbox_id)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pydantic_core
 
 from rollbox.engine.database import Database
-from rollbox.node.models import ClaimInfo
+from rollbox.models import SandboxInfo
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS claims (id TEXT PRIMARY KEY, record TEXT NOT NULL);
@@ -54,8 +54,8 @@ class Claim:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     """Serialises what swaps or restarts the sandbox (reset, fork, snapshot, pause, delete)."""
 
-    def info(self) -> ClaimInfo:
-        return ClaimInfo(id=self.id, template=self.template, warmpool=self.warmpool, tenant=self.tenant,
+    def info(self) -> SandboxInfo:
+        return SandboxInfo(id=self.id, template=self.template, warmpool=self.warmpool, tenant=self.tenant,
                          state="paused" if self.paused else "running", created_at=self.created_at,
                          expires_at=self.expires_at, idle_pause_after=self.idle_pause_after,
                          snapshot=self.snapshot, parent=self.parent, labels=self.labels)

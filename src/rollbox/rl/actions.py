@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from rollbox.errors import InvalidRequest
+from rollbox.errors import InvalidAction
 from rollbox.rl.validation import describe
 
 
@@ -62,12 +62,6 @@ class Submit(_Action):
 Action = Annotated[Bash | ReadFile | WriteFile | StrReplace | Submit, Field(discriminator="tool")]
 ACTION_TYPES: tuple[type[_Action], ...] = (Bash, ReadFile, WriteFile, StrReplace, Submit)
 _ADAPTER: TypeAdapter[Action] = TypeAdapter(Action)
-
-
-class InvalidAction(InvalidRequest):
-    """The policy's output is not one of the tools; the episode goes on and the agent sees why."""
-
-    code = "invalid_action"
 
 
 def parse_action(raw: Any) -> Action:

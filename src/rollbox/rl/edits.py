@@ -5,14 +5,7 @@ from __future__ import annotations
 import posixpath
 from typing import Protocol
 
-from rollbox.errors import RollboxError
-
-
-class EditFailed(RollboxError):
-    """The text to replace is missing or ambiguous; the message says which."""
-
-    code = "edit_failed"
-    status = 400
+from rollbox.errors import EditFailed
 
 
 class Files(Protocol):

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 from rollbox.client import AsyncSandbox
-from rollbox.errors import RollboxError
+from rollbox.errors import RollboxError, TaskSetupFailed
 from rollbox.rl.edits import apply_edit, resolve
 from rollbox.rl.repo import staged
 from rollbox.rl.tasks import Edit, Task
 
 SETUP_TIMEOUT = 600.0
-
-
-class TaskSetupFailed(RollboxError):
-    """A task's setup command or edit failed: the task file is wrong, not the agent."""
-
-    code = "task_setup_failed"
-    status = 422
 
 
 async def prepare(sandbox: AsyncSandbox, task: Task) -> None:

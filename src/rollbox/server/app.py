@@ -9,14 +9,14 @@ from collections.abc import Callable, Iterable
 from starlette.responses import Response
 from starlette.types import ASGIApp
 
-from rollbox import __version__
+from rollbox._version import __version__
 from rollbox.errors import RollboxError
 from rollbox.node import Node
 from rollbox.server import openapi, resources, sandboxes
 from rollbox.server.auth import Tenants
 from rollbox.server.limits import BodyLimit
 from rollbox.server.metrics import Metrics
-from rollbox.server.responses import error_body, json_response
+from rollbox.server.responses import error_response, json_response
 from rollbox.server.routing import Routes
 
 log = logging.getLogger("rollbox.server")
@@ -80,6 +80,6 @@ def _failure(metrics: Metrics) -> Callable[[Exception], Response]:
         elif error.status >= 500:
             log.error("request failed", exc_info=error)
         metrics.failures.labels(error.code).inc()
-        return json_response(error_body(error.code, str(error)), error.status)
+        return error_response(error)
 
     return fail

@@ -9,16 +9,14 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from rollbox.models import ErrorBody
 from rollbox.server.routing import REQUIRED, RouteSpec
 
 _TYPES = {str: "string", int: "integer", bool: "boolean", float: "number"}
-_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
-    "type": "object", "required": ["code", "message"],
-    "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}}
 
 
 def document(specs: list[RouteSpec], title: str, version: str, description: str) -> dict[str, Any]:
-    models = sorted({model for spec in specs for model in _models(spec)}, key=lambda m: m.__name__)
+    models = sorted({ErrorBody, *(model for spec in specs for model in _models(spec))}, key=lambda m: m.__name__)
     _, schemas = models_json_schema([(model, "validation") for model in models],
                                     ref_template="#/components/schemas/{model}")
     paths: dict[str, dict[str, Any]] = {}
@@ -28,7 +26,7 @@ def document(specs: list[RouteSpec], title: str, version: str, description: str)
         "openapi": "3.1.0",
         "info": {"title": title, "version": version, "description": description},
         "paths": paths,
-        "components": {"schemas": {**schemas.get("$defs", {}), "Error": _ERROR},
+        "components": {"schemas": schemas.get("$defs", {}),
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     }
 
@@ -42,7 +40,7 @@ def _operation(spec: RouteSpec) -> dict[str, Any]:
     parameters += [{"name": q.name, "in": "query", "required": q.default is REQUIRED,
                     "schema": {"type": _TYPES[q.type]} | ({} if q.default is REQUIRED else {"default": q.default})}
                    for q in spec.query]
-    failure = {"description": "an error", "content": {"application/json": {"schema": _ref_named("Error")}}}
+    failure = {"description": "an error", "content": {"application/json": {"schema": _ref(ErrorBody)}}}
     operation: dict[str, Any] = {"operationId": spec.handler.__name__, "summary": summary,
                                  "responses": {str(spec.status): _answer(spec.answer), "default": failure}}
     if parameters:

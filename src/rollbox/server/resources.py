@@ -7,18 +7,12 @@ from typing import Any
 from starlette.responses import Response
 
 from rollbox.errors import InvalidRequest, RollboxError
-from rollbox.node import Node, TemplateInfo, WarmPoolInfo
-from rollbox.node.models import Request
+from rollbox.models import ApplyRequest, TemplateInfo, WarmPoolInfo
+from rollbox.node import Node
 from rollbox.server.responses import json_response, no_content
 from rollbox.server.routing import Routes
 from rollbox.server.streams import Emit, as_rollbox_error, ndjson
 from rollbox.spec import parse_resource
-
-
-class ApplyRequest(Request):
-    documents: list[dict[str, Any]]
-    context_dir: str | None = None
-    """The directory `copy` steps read from, on the server's machine (the YAML file's directory)."""
 
 
 def add_routes(routes: Routes, node: Node) -> None:

@@ -8,6 +8,7 @@ import pydantic_core
 from starlette.responses import Response
 
 from rollbox.errors import RollboxError
+from rollbox.models import ErrorBody
 
 
 class JsonResponse(Response):
@@ -27,12 +28,9 @@ def json_response(value: Any, status: int = 200) -> Response:
     return JsonResponse(pydantic_core.to_json(value), status)
 
 
-def error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}
-
-
 def error_response(error: RollboxError) -> Response:
-    return json_response(error_body(error.code, str(error)), error.status)
+    """The answer for any error: `ErrorBody` with the status of the error's class."""
+    return json_response(ErrorBody.of(error.code, str(error)), error.status)
 
 
 def no_content() -> Response:

@@ -23,7 +23,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
 
-from rollbox.errors import InvalidRequest, NotFound
+from rollbox.errors import MethodNotAllowed, NotFound, UnprocessableBody
 from rollbox.server.auth import Tenants
 
 Handler = Callable[..., Awaitable[Response]]
@@ -31,18 +31,6 @@ Endpoint = Callable[[Scope, Receive, dict[str, Any]], Awaitable[Response]]
 """A route's parsing around its handler: (scope, receive, path parameters) to the response."""
 Methods = dict[str, Endpoint]
 REQUIRED: Any = object()
-
-
-class UnprocessableBody(InvalidRequest):
-    """Malformed JSON, a missing or mistyped field: 422, as docs/api.md says."""
-
-    status = 422
-
-
-class MethodNotAllowed(InvalidRequest):
-    """A known path asked with a method it does not take."""
-
-    status = 405
 
 
 @dataclass

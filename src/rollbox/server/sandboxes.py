@@ -5,14 +5,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from rollbox.errors import RollboxError
-from rollbox.models import ExecResult, FileInfo, SandboxStats, SnapshotInfo
-from rollbox.node import ClaimInfo, ClaimRequest, ExecRequest, Node
-from rollbox.node.local import MAX_FORK
-from rollbox.node.models import Request
+from rollbox.models import (
+    ArchiveResult,
+    ClaimRequest,
+    ExecRequest,
+    ExecResult,
+    FileInfo,
+    ForkRequest,
+    SandboxInfo,
+    SandboxStats,
+    SnapshotInfo,
+    SnapshotRequest,
+)
+from rollbox.node import Node
 from rollbox.server.metrics import Metrics
 from rollbox.server.responses import json_response, no_content
 from rollbox.server.routing import Query, Routes
@@ -21,24 +29,12 @@ from rollbox.server.streams import Emit, ndjson
 PATH = Query("path")
 
 
-class ForkRequest(Request):
-    count: int = Field(ge=1, le=MAX_FORK)
-
-
-class SnapshotRequest(Request):
-    name: str
-
-
-class ArchiveResult(BaseModel):
-    entries: int
-
-
 def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
     add = routes.add
 
     # -- claims -----------------------------------------------------------------------------
 
-    @add("POST", "/v1/sandboxes", body=ClaimRequest, answer=ClaimInfo, status=201)
+    @add("POST", "/v1/sandboxes", body=ClaimRequest, answer=SandboxInfo, status=201)
     async def create_sandbox(tenant: str, body: ClaimRequest) -> Response:
         """Claims a sandbox: warm from a pool when one has it, else started from its template or snapshot."""
         started = time.perf_counter()
@@ -46,12 +42,12 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         metrics.record_claim(time.perf_counter() - started)
         return json_response(info, 201)
 
-    @add("GET", "/v1/sandboxes", answer=list[ClaimInfo])
+    @add("GET", "/v1/sandboxes", answer=list[SandboxInfo])
     async def list_sandboxes(tenant: str) -> Response:
         """Lists the tenant's sandboxes."""
         return json_response(await node.claims(tenant))
 
-    @add("GET", "/v1/sandboxes/{sandbox_id}", answer=ClaimInfo)
+    @add("GET", "/v1/sandboxes/{sandbox_id}", answer=SandboxInfo)
     async def get_sandbox(tenant: str, sandbox_id: str) -> Response:
         """Describes one sandbox."""
         return json_response(await node.get(tenant, sandbox_id))
@@ -67,22 +63,22 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         """What the sandbox uses now: memory and its peak, CPU seconds, processes, disk."""
         return json_response(await node.stats(tenant, sandbox_id))
 
-    @add("POST", "/v1/sandboxes/{sandbox_id}/reset", answer=ClaimInfo)
+    @add("POST", "/v1/sandboxes/{sandbox_id}/reset", answer=SandboxInfo)
     async def reset_sandbox(tenant: str, sandbox_id: str) -> Response:
         """Puts the sandbox back to its template or snapshot; the id stays."""
         return json_response(await node.reset(tenant, sandbox_id))
 
-    @add("POST", "/v1/sandboxes/{sandbox_id}/fork", body=ForkRequest, answer=list[ClaimInfo])
+    @add("POST", "/v1/sandboxes/{sandbox_id}/fork", body=ForkRequest, answer=list[SandboxInfo])
     async def fork_sandbox(tenant: str, sandbox_id: str, body: ForkRequest) -> Response:
         """Makes `count` new sandboxes with this one's files."""
         return json_response(await node.fork(tenant, sandbox_id, body.count))
 
-    @add("POST", "/v1/sandboxes/{sandbox_id}/pause", answer=ClaimInfo)
+    @add("POST", "/v1/sandboxes/{sandbox_id}/pause", answer=SandboxInfo)
     async def pause_sandbox(tenant: str, sandbox_id: str) -> Response:
         """Freezes the sandbox's processes until it is resumed."""
         return json_response(await node.pause(tenant, sandbox_id))
 
-    @add("POST", "/v1/sandboxes/{sandbox_id}/resume", answer=ClaimInfo)
+    @add("POST", "/v1/sandboxes/{sandbox_id}/resume", answer=SandboxInfo)
     async def resume_sandbox(tenant: str, sandbox_id: str) -> Response:
         """Thaws a paused sandbox."""
         return json_response(await node.resume(tenant, sandbox_id))
