@@ -84,9 +84,9 @@ class Settings:
         """One pool of `max_connections` kept-alive connections, for both clients."""
         return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
 
-    def http_client(self, max_connections: int) -> httpx.Client:
+    def http_client(self, max_connections: int, transport: httpx.BaseTransport | None = None) -> httpx.Client:
         """A blocking httpx client to the router, through its socket when it has one (the sync SDK's own)."""
-        transport = httpx.HTTPTransport(uds=self.socket, limits=self.limits(max_connections))
+        transport = transport or httpx.HTTPTransport(uds=self.socket, limits=self.limits(max_connections))
         # no proxies from the environment on a socket: they must not take requests meant for it
         return httpx.Client(transport=transport, trust_env=self.socket is None)
 

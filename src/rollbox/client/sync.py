@@ -39,9 +39,10 @@ class SandboxClient:
     """Talks to a rollbox router (`rollbox serve`). URL and token default to ROLLBOX_URL and ROLLBOX_TOKEN."""
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
-                 max_connections: int = 256) -> None:
+                 max_connections: int = 256, transport: httpx.BaseTransport | None = None) -> None:
+        """`transport` replaces the network (as in httpx): `httpx.MockTransport` answers calls in-process, for tests."""
         self._settings = Settings(base_url, token, timeout)
-        self._http = self._settings.http_client(max_connections)
+        self._http = self._settings.http_client(max_connections, transport)
 
     @property
     def base_url(self) -> str:
