@@ -14,6 +14,7 @@ demo: setup
 
 test: setup
 	.venv/bin/ruff check src tests bench
+	.venv/bin/lint-imports
 	.venv/bin/python -m pytest -q -p no:cacheprovider
 
 bench: setup
