@@ -48,8 +48,11 @@ def _modules_after(statement: str) -> list[str]:
     return done.stdout.split()
 
 
-@pytest.mark.parametrize("statement", ["import rollbox.client", "from rollbox import SandboxClient, AsyncSandboxClient"])
-def test_the_sdk_loads_no_module_of_the_node_the_engine_or_the_server(statement: str) -> None:
+SDK_IMPORTS = ["import rollbox.client", "from rollbox import AsyncSandboxClient, SandboxClient"]
+
+
+@pytest.mark.parametrize("statement", SDK_IMPORTS)
+def test_the_sdk_loads_no_module_above_the_ground_floor(statement: str) -> None:
     loaded = _modules_after(statement)
     assert "rollbox.client" in loaded
     above = tuple(f"rollbox.{layer}" for layer in ("node", "engine", "server", "cluster", "rl", "cli"))
