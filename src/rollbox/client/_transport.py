@@ -2,9 +2,9 @@
 parse answers with httptools (the C parser uvicorn uses) on asyncio's protocol callbacks.
 
 It takes a request as the bytes to write and gives back the answer's status and body: no request or response
-models on the way. httpx's default transport (httpcore over h11 and anyio) cost ~0.35 ms of CPU per call and
-scanned its whole pool on every request (encode/httpcore#1035); under httpx's client and models this one cost
-~0.1 ms per claim, and ~0.035 ms without them. All requests go to one origin, the router, so the pool is a LIFO
+models on the way: httpx's own transport and models cost the async client most of its CPU per call, and scanned
+the whole pool on every request (encode/httpcore#1035; figures in docs/design-notes.md). All requests go to one
+origin, the router, so the pool is a LIFO
 stack of idle connections (the most recently used is the most likely to be alive) under a FIFO semaphore that
 bounds the connections open at once. Failures are httpx's transport errors, which both clients already handle.
 """
@@ -36,7 +36,7 @@ class _ReadDeadlines:
     """When each waiting connection's answer is due, checked by one timer every DEADLINE_TICK while any waits.
 
     A timer set and cancelled around every wait (`asyncio.timeout`) cost a quarter of the client's CPU per call
-    (15 of 60 µs, 64 callers against a constant answer), most of it in the loop's heap of timers. A read timeout
+    (docs/design-notes.md), most of it in the loop's heap of timers. A read timeout
     only guards against a router that stopped answering, so it may fire a little late.
     """
 

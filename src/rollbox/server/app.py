@@ -60,10 +60,10 @@ def _settle_collector() -> None:
     """Tunes the cyclic garbage collector for serving, as the server starts.
 
     What exists by then (modules, pydantic's schemas, the node) lives as long as the process: frozen
-    out of the collector, a full collection walks only what requests made (~1 ms instead of ~30 ms
-    with the whole process). A request frees nearly all it allocates by reference counting, so the
-    youngest generation is collected after YOUNG_OBJECTS net allocations instead of 700: at the
-    default, collections cost ~5 us per request (measured under 64 clients).
+    out of the collector, a full collection walks only what requests made, not the whole process. A
+    request frees nearly all it allocates by reference counting, so the youngest generation is
+    collected after YOUNG_OBJECTS net allocations instead of 700, the default, at which collections
+    cost a measurable share of each request (docs/design-notes.md).
     """
     gc.collect()
     gc.freeze()

@@ -1,9 +1,8 @@
 """Routes, each described once for both dispatch and the OpenAPI document, and the ASGI app that dispatches them.
 
-FastAPI did this job for about 75 µs more per request, and Starlette's own stack (middleware and
-exception layers, a Request object each, a linear route scan) for about 40 µs more under 64
-concurrent claims (measured); on the claim and exec paths that is a large share of the server's own
-time, so the little they did for us is done here: the route from the method and path, the tenant
+FastAPI, and Starlette's own stack (middleware and exception layers, a Request object each, a linear
+route scan), cost a large share of the server's own time on the claim and exec paths
+(docs/design-notes.md), so the little they did for us is done here: the route from the method and path, the tenant
 from the bearer token, query parameters, a pydantic body, and an error answer for whatever a
 handler raises.
 """
