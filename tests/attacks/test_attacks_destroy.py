@@ -14,11 +14,8 @@ import pytest
 
 from rollbox.engine import Engine, Sandbox
 from rollbox.errors import SandboxNotRunning
+from tests.attacks.attack_support import BASELINE, Host, Neighbour, answers_or_resets
 
-pytest.register_assert_rewrite("tests.attacks.attack_support")
-from tests.attacks.attack_support import BASELINE, Host, Neighbour, answers_or_resets  # noqa: E402
-
-pytest_plugins = ["tests.attacks.attack_support"]
 RM_BUDGET = {"runc": 60.0, "runsc": 12.0}
 
 

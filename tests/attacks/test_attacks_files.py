@@ -24,11 +24,8 @@ from rollbox.engine import Engine, Sandbox
 from rollbox.engine.files import MAX_DEPTH
 from rollbox.errors import InvalidPath, InvalidRequest, RollboxError
 from rollbox.models import FileInfo
+from tests.attacks.attack_support import Host, Neighbour
 
-pytest.register_assert_rewrite("tests.attacks.attack_support")
-from tests.attacks.attack_support import Host, Neighbour  # noqa: E402
-
-pytest_plugins = ["tests.attacks.attack_support"]
 CLIMB = "../" * 24
 """More `..` than any sandbox root is deep on the host."""
 

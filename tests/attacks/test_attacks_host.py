@@ -20,11 +20,8 @@ import pytest
 
 from rollbox.engine import Engine, Sandbox
 from rollbox.errors import InvalidRequest, SandboxNotRunning
+from tests.attacks.attack_support import Host, Neighbour, answers_or_resets, new_sandbox
 
-pytest.register_assert_rewrite("tests.attacks.attack_support")
-from tests.attacks.attack_support import Host, Neighbour, answers_or_resets, new_sandbox  # noqa: E402
-
-pytest_plugins = ["tests.attacks.attack_support"]
 USERS = pytest.mark.parametrize("user", [None, "root"], ids=["user", "root"])
 
 
@@ -57,7 +54,7 @@ def test_host_files_are_not_visible(attack_engine: Engine, box: Sandbox, neighbo
 
 def test_host_private_keys_are_not_copied(tmp_path: Path, runtime_name: str) -> None:
     """The host base copies /etc/ssl for its certificates: the host's private keys must stay behind."""
-    from tests.conftest import make_engine, teardown_engine
+    from tests.support.engines import make_engine, teardown_engine
 
     key = Path("/etc/ssl/private") / f"rollbox-attack-{secrets.token_hex(6)}.key"
     if not key.parent.is_dir():

@@ -20,20 +20,17 @@ import pytest
 from rollbox.engine import Engine, Sandbox
 from rollbox.errors import SandboxNotRunning, TooLarge
 from rollbox.models import ExecResult
-
-pytest.register_assert_rewrite("tests.attacks.attack_support")
-from tests.attacks.attack_support import (  # noqa: E402
+from tests.attacks.attack_support import (
     LIMITS,
     Host,
     Neighbour,
     answers_or_resets,
-    cgroup_value,
     host_free_bytes,
     new_sandbox,
     rss_bytes,
 )
+from tests.support.engines import cgroup_value
 
-pytest_plugins = ["tests.attacks.attack_support"]
 DIES_ON_LIMIT = {"runc": False, "runsc": True}
 """Whether breaching a memory or pids limit kills the whole sandbox (gVisor) or one process (runc)."""
 NEIGHBOUR_P50_MS = {"runc": 50.0, "runsc": 250.0}

@@ -18,11 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from rollbox.engine import Sandbox
-
-pytest.register_assert_rewrite("tests.attacks.attack_support")
-from tests.attacks.attack_support import Neighbour  # noqa: E402
-
-pytest_plugins = ["tests.attacks.attack_support"]
+from tests.attacks.attack_support import Neighbour
 
 
 @dataclass

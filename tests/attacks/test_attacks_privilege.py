@@ -16,11 +16,9 @@ from pathlib import Path
 import pytest
 
 from rollbox.engine import Engine, Sandbox
+from tests.attacks.attack_support import Host, Neighbour
+from tests.support.engines import cgroup_value
 
-pytest.register_assert_rewrite("tests.attacks.attack_support")
-from tests.attacks.attack_support import Host, Neighbour, cgroup_value  # noqa: E402
-
-pytest_plugins = ["tests.attacks.attack_support"]
 USERS = pytest.mark.parametrize("user", [None, "root"], ids=["user", "root"])
 ISOLATION = pytest.mark.parametrize("isolated", [False, True], ids=["plain", "isolated"])
 """Isolated commands run where the agent has just made namespaces and mounts: they must get none either."""

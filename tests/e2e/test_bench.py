@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rollbox.engine.engine import RUN_ROOT
-from tests.conftest import run_dirs
+from tests.support.engines import run_dirs
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "engine.py"
 DISTRIBUTIONS = {
@@ -119,7 +119,7 @@ def test_cpus_apart_pins_the_client_and_the_server_loop_then_puts_back_what_they
     if len(cpus) < 2:
         pytest.skip("needs two CPUs")
     monkeypatch.syspath_prepend(str(BENCH.parent))
-    from server import cpus_apart
+    from cpu import cpus_apart
 
     start_thread = ("import sys, threading, time\n"
                     "def run(): print(threading.get_native_id(), flush=True); time.sleep(60)\n"

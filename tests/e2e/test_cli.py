@@ -10,16 +10,15 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import yaml
 
 from rollbox.client import SandboxClient
 from rollbox.engine import Engine
-from tests.conftest import teardown_engine
-from tests.e2e.test_client import ADMINS, TEMPLATE, TOKENS, router
+from tests.support.engines import teardown_engine
+from tests.support.servers import TEMPLATE
 
 ROLLBOX = Path(sys.executable).with_name("rollbox")
 RESOURCES = TEMPLATE.replace("name: basic", "name: cli-basic") + """\
@@ -44,19 +43,6 @@ def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rollbox: "), done.stderr
     return lines[0]
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with router(tmp_path_factory.mktemp("cli-router"), TOKENS, ADMINS) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(url: str) -> Iterator[SandboxClient]:
-    with SandboxClient(url, token="alice-token") as client:
-        client.apply(TEMPLATE)
-        yield client
 
 
 def test_apply_then_get_and_delete_resources(url: str, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import os
@@ -22,10 +21,7 @@ from rollbox import errors
 from rollbox.client import AsyncSandboxClient, ConnectionFailed, SandboxClient, _archive
 from rollbox.client._calls import ApplyReader, ExecReader
 from rollbox.client._http import Answer, answer_of, error_from
-from rollbox.node import LocalNode
-from rollbox.server import create_app
-from rollbox.server.threaded import ThreadServer
-from tests.conftest import make_engine, teardown_engine
+from tests.support.servers import TEMPLATE
 
 
 def _response(status: int, body: object, path: str = "/v1/templates/x") -> Answer:
@@ -304,43 +300,6 @@ def test_unpacking_keeps_links_that_point_out_but_never_writes_through_them(tmp_
 
 
 # -- the real thing: the SDK against a server on loopback, over a real node and engine -----------
-
-TEMPLATE = """\
-apiVersion: rollbox.dev/v1alpha1
-kind: SandboxTemplate
-metadata: {name: basic}
-spec:
-  steps:
-    - run: mkdir -p /opt/data && echo baseline > /opt/data/file
-"""
-TOKENS = {"alice": "alice-token", "bob": "bob-token"}
-ADMINS = ("alice",)
-
-
-@contextlib.contextmanager
-def router(root: Path, tokens: dict[str, str] | None = None, admins: tuple[str, ...] = ()) -> Iterator[str]:
-    """The HTTP API on a unix socket over a node and engine of its own, removed to the last mount afterwards."""
-    engine = make_engine(root)
-    node = LocalNode(engine, max_sandboxes=32)
-    try:
-        with ThreadServer(create_app(node, tokens, admins=admins)) as server:
-            yield server.url
-    finally:
-        node.close()
-        teardown_engine(engine)
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with router(tmp_path_factory.mktemp("router"), TOKENS, ADMINS) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(url: str) -> Iterator[SandboxClient]:
-    with SandboxClient(url, token="alice-token") as client:
-        client.apply(TEMPLATE)
-        yield client
 
 
 def test_apply_streams_progress_then_tells_what_changed(client: SandboxClient) -> None:

@@ -22,7 +22,7 @@ from rollbox.client._transport import PoolTransport, Reply
 from rollbox.node import LocalNode
 from rollbox.server import create_app
 from rollbox.server.threaded import ThreadServer
-from tests.conftest import make_engine, teardown_engine
+from tests.support.engines import make_engine, teardown_engine
 
 TEMPLATE = """\
 apiVersion: rollbox.dev/v1alpha1

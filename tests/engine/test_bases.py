@@ -20,7 +20,7 @@ from rollbox.engine import Engine, bases
 from rollbox.engine.layers import LayerStore
 from rollbox.errors import BuildFailed, InvalidResource
 from rollbox.spec import SandboxTemplate
-from tests.conftest import make_engine, teardown_engine
+from tests.support.engines import make_engine, teardown_engine
 
 BUSYBOX = Path("/bin/busybox")
 OCI_FORMS = ("oci", "oci-archive", "docker-archive")

@@ -16,14 +16,13 @@ from pathlib import Path
 from rollbox.engine import Engine, mounts
 from rollbox.engine.cgroups import ROOT as CGROUP_ROOT
 from rollbox.engine.cgroups import is_v2
-from tests.attacks.attack_support import cgroup_value
-from tests.conftest import make_engine, teardown_engine
+from tests.support.engines import cgroup_value, make_engine, teardown_engine
 
 HOLDER = textwrap.dedent("""
     import json, sys, time
     from rollbox.engine import Engine
     from rollbox.spec import SandboxTemplate
-    from tests.conftest import BASIC
+    from tests.support.engines import BASIC
     engine = Engine(sys.argv[1], run_dir=sys.argv[2])
     engine.build(SandboxTemplate.model_validate(BASIC))
     served = engine.create("basic")
@@ -108,7 +107,7 @@ def test_delete_leaves_nothing_behind(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
     try:
         from rollbox.spec import SandboxTemplate
-        from tests.conftest import BASIC
+        from tests.support.engines import BASIC
 
         engine.build(SandboxTemplate.model_validate(BASIC))
         before = footprint(engine)

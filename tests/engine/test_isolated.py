@@ -14,7 +14,7 @@ import pytest
 
 from rollbox.engine import Engine, Sandbox
 from rollbox.errors import InvalidRequest
-from tests.conftest import template_for
+from tests.support.engines import template_for
 
 
 @pytest.fixture

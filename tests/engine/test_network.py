@@ -27,7 +27,7 @@ import pytest
 from rollbox.engine import Engine, Sandbox, network
 from rollbox.errors import CapacityExceeded, InvalidRequest, InvalidResource
 from rollbox.spec import Egress, Network, SandboxTemplate, parse_resource
-from tests.conftest import make_engine, teardown_engine, template_for
+from tests.support.engines import make_engine, teardown_engine, template_for
 
 PORT_A, PORT_B, PORT_UDP, PORT_PEER = 18080, 18081, 15353, 18082
 

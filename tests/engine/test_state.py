@@ -12,7 +12,7 @@ from rollbox.engine import Engine, Sandbox
 from rollbox.engine.engine import FORK_COPY_BYTES
 from rollbox.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning, SnapshotNotFound
 from rollbox.spec import Limits
-from tests.conftest import template_for
+from tests.support.engines import template_for
 
 
 def test_reset_returns_to_the_template_baseline(sandbox: Sandbox) -> None:

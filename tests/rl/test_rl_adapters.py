@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -20,18 +19,12 @@ from rollbox.rl.adapters.mini_swe_agent import RollboxEnvironment
 from rollbox.rl.adapters.trl_env import RollboxTRLEnv
 from rollbox.rl.adapters.verl_tool import RollboxTool
 from rollbox.rl.loop import LoopThread
-from tests.rl.rl_support import EXAMPLES, example_tasks, rl_server
+from tests.support.servers import EXAMPLES, example_tasks
 
 TASKS = example_tasks()
 CENTS = next(task for task in TASKS if task.id == "ledger-format-cents")
 FIX = {"path": "ledger/money.py", "old": '{fraction}"', "new": '{fraction:02d}"'}
 TOOL_NAMES = ["bash", "read_file", "write_file", "str_replace", "submit"]
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with rl_server(tmp_path_factory.mktemp("rl-adapters")) as address:
-        yield address
 
 
 def test_trl_environment(url: str) -> None:

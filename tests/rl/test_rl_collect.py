@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,21 +10,10 @@ import pytest
 
 from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.trajectory import Trajectory, TrajectoryLog, read_trajectories, write_parquet
-from tests.rl.rl_support import example_tasks, rl_server
+from tests.support.servers import example_tasks
 
 pytestmark = pytest.mark.anyio
 TASKS = [task for task in example_tasks() if task.id in ("ledger-format-cents", "intervals-merge-unsorted")]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with rl_server(tmp_path_factory.mktemp("rl-collect")) as address:
-        yield address
 
 
 class Scripted:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from rollbox.client import AsyncSandboxClient
@@ -11,23 +9,12 @@ from rollbox.errors import InvalidRequest
 from rollbox.rl.actions import TOOLS, InvalidAction, parse_action
 from rollbox.rl.env import AsyncSandboxEnv, SandboxEnv
 from rollbox.rl.episode import EpisodeLimits
-from tests.rl.rl_support import example_tasks, rl_server
+from tests.support.servers import example_tasks
 
 pytestmark = pytest.mark.anyio
 TASKS = example_tasks()
 CENTS = next(task for task in TASKS if task.id == "ledger-format-cents")
 FIX = {"tool": "str_replace", "path": "ledger/money.py", "old": '{fraction}"', "new": '{fraction:02d}"'}
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with rl_server(tmp_path_factory.mktemp("rl-env")) as address:
-        yield address
 
 
 def test_actions_accept_every_shape() -> None:

@@ -24,23 +24,16 @@ from rollbox.client import AsyncSandboxClient
 from rollbox.rl.fusion import KEY_ENV, fusion_app
 from rollbox.server.capability import SecretPath, new_key
 from rollbox.server.threaded import ThreadServer
-from tests.rl.rl_support import rl_server
-from tests.server.test_unix_socket import NOBODY, connect_as
+from tests.support.users import NOBODY, connect_as
 
 fusion = pytest.importorskip("sandbox_fusion")
 
 
-@pytest.fixture(scope="module")
-def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with rl_server(tmp_path_factory.mktemp("rl-fusion")) as url:
-        yield url
-
-
 @pytest.fixture(scope="module", params=["isolated", "fresh"])
-def endpoint(router: str, request: pytest.FixtureRequest) -> Iterator[str]:
+def endpoint(url: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """The gateway on a free port under its secret path, in front of a real router, with each kind of isolation."""
     key = new_key()
-    app = SecretPath(fusion_app(AsyncSandboxClient(router), isolation=request.param), key)
+    app = SecretPath(fusion_app(AsyncSandboxClient(url), isolation=request.param), key)
     with ThreadServer(app, tcp=True) as gateway:
         yield f"{gateway.url}/{key}"
 
@@ -161,11 +154,11 @@ def refused(*args: str, **run: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*GATEWAY, *args], capture_output=True, text=True, timeout=60, **run)
 
 
-def test_the_gateway_alone_on_a_socket_serves_only_its_user(router: str, tmp_path: Path) -> None:
+def test_the_gateway_alone_on_a_socket_serves_only_its_user(url: str, tmp_path: Path) -> None:
     """`python -m rollbox.rl.fusion --socket PATH`: it takes no tokens, so on a shared machine only a 0600
     socket keeps other users from running code in its sandboxes."""
     path = tmp_path / "run" / "fusion.sock"
-    with gateway_process("--url", router, "--socket", str(path)) as gateway:
+    with gateway_process("--url", url, "--socket", str(path)) as gateway:
         with httpx.Client(transport=httpx.HTTPTransport(uds=str(path))) as http:
             wait_until_pinged(http, gateway)
             assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -175,15 +168,15 @@ def test_the_gateway_alone_on_a_socket_serves_only_its_user(router: str, tmp_pat
         assert_stops_on_sigterm(gateway)
         assert not path.exists(), "the gateway takes its socket away when it stops"
     (tmp_path / "notes.txt").write_text("keep me")
-    done = refused("--url", router, "--socket", str(tmp_path / "notes.txt"))
+    done = refused("--url", url, "--socket", str(tmp_path / "notes.txt"))
     assert done.returncode == 1 and "not a socket" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_the_gateway_alone_on_tcp_answers_only_under_the_key_it_prints(router: str) -> None:
+def test_the_gateway_alone_on_tcp_answers_only_under_the_key_it_prints(url: str) -> None:
     """`python -m rollbox.rl.fusion --port 0`: its clients send no token, so it serves under a random key, and prints
     the endpoint once it listens (with the free port it took)."""
     environment = {k: v for k, v in os.environ.items() if k != KEY_ENV}
-    with gateway_process("--url", router, "--port", "0", stdout=subprocess.PIPE, env=environment) as gateway:
+    with gateway_process("--url", url, "--port", "0", stdout=subprocess.PIPE, env=environment) as gateway:
         assert gateway.stdout is not None
         line = gateway.stdout.readline()
         endpoint = line.split()[2]
@@ -196,11 +189,11 @@ def test_the_gateway_alone_on_tcp_answers_only_under_the_key_it_prints(router: s
         assert_stops_on_sigterm(gateway)
 
 
-def test_a_short_key_or_a_taken_port_is_refused_clearly(router: str) -> None:
-    done = refused("--url", router, "--port", "0", env={**os.environ, KEY_ENV: "guessable"})
+def test_a_short_key_or_a_taken_port_is_refused_clearly(url: str) -> None:
+    done = refused("--url", url, "--port", "0", env={**os.environ, KEY_ENV: "guessable"})
     assert done.returncode == 1 and "at least 16 characters" in done.stderr and "Traceback" not in done.stderr
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = str(taken.getsockname()[1])
-        done = refused("--url", router, "--port", port)
+        done = refused("--url", url, "--port", port)
     assert done.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and not done.stdout, "no endpoint is printed for a port not taken"

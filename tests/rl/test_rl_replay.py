@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.env import AsyncSandboxEnv
 from rollbox.rl.replay import replay
 from rollbox.rl.trajectory import read_trajectories
-from tests.rl.rl_support import example_tasks, rl_server
+from tests.support.servers import example_tasks
 
 pytestmark = pytest.mark.anyio
 TASKS = [task for task in example_tasks() if task.id in ("textkit-wrap-exact-width", "ledger-split-remainder")]
@@ -23,17 +22,6 @@ PROBES = [
     "ls -R . | head -20; find . -type f | sort | xargs sha256sum",
     "python3 -c \"import random; print(random.Random(7).random())\"; cat /etc/resolv.conf /etc/hosts",
 ]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with rl_server(tmp_path_factory.mktemp("rl-replay")) as address:
-        yield address
 
 
 async def probing_policy(observation: Observation) -> Any:

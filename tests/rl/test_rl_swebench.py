@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ from rollbox.client import AsyncSandboxClient
 from rollbox.rl.prepare import apply_solution, prepare
 from rollbox.rl.swebench import load_swebench
 from rollbox.rl.verify import verify
-from tests.rl.rl_support import rl_server
 
 pytestmark = pytest.mark.anyio
 
@@ -22,17 +20,6 @@ TESTS = "from calc.ops import sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 
 FIXED_OPS = OPS.replace("return a - b", "return a + b", 1)
 NEW_TESTS = TESTS.replace("import sub", "import add, sub") + "\n\ndef test_add():\n    assert add(2, 2) == 4\n"
 MORE_TESTS = "from calc.ops import add\n\n\ndef test_add_zero():\n    assert add(5, 0) == 5\n"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with rl_server(tmp_path_factory.mktemp("rl-swebench")) as address:
-        yield address
 
 
 def make_row(root: Path) -> dict[str, str]:

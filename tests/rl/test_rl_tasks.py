@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,21 +13,10 @@ from rollbox.rl.prepare import apply_solution, prepare
 from rollbox.rl.repo import staged
 from rollbox.rl.tasks import HiddenTests, Task, load_tasks
 from rollbox.rl.verify import judge, parse, verify
-from tests.rl.rl_support import example_tasks, rl_server
+from tests.support.servers import example_tasks
 
 pytestmark = pytest.mark.anyio
 TASKS = example_tasks()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with rl_server(tmp_path_factory.mktemp("rl-tasks")) as address:
-        yield address
 
 
 def test_examples_cover_three_projects_with_complete_tasks() -> None:

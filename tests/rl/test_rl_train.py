@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,16 +16,10 @@ import pytest
 from rich.console import Console
 
 from rollbox.rl.train import TrainConfig, train
-from tests.conftest import run_dirs
-from tests.rl.rl_support import example_tasks, rl_server
+from tests.support.engines import run_dirs
+from tests.support.servers import example_tasks
 
 TASK_IDS = [task.id for task in example_tasks()][::3]
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with rl_server(tmp_path_factory.mktemp("rl-train")) as address:
-        yield address
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from rollbox.models import ClaimRequest, SandboxInfo
 from rollbox.node import LocalNode
 from rollbox.server import create_app
 from rollbox.spec import SandboxTemplate, SandboxWarmPool
-from tests.conftest import BASIC, make_engine, teardown_engine
+from tests.support.engines import BASIC, make_engine, teardown_engine
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
 

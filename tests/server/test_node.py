@@ -24,8 +24,7 @@ from rollbox.errors import (
 from rollbox.models import ClaimRequest, ExecRequest
 from rollbox.node import LocalNode, local, pools
 from rollbox.spec import SandboxTemplate, SandboxWarmPool, parse_resource
-from tests.attacks.attack_support import cgroup_value
-from tests.conftest import BASIC, make_engine, teardown_engine, template_for
+from tests.support.engines import BASIC, cgroup_value, make_engine, teardown_engine, template_for
 
 pytestmark = pytest.mark.anyio
 TEMPLATE = SandboxTemplate.model_validate(BASIC)
@@ -35,11 +34,6 @@ def pool(name: str = "basic-pool", replicas: int = 2, template: str = "basic",
          max_replicas: int | None = None) -> SandboxWarmPool:
     return SandboxWarmPool.model_validate({"metadata": {"name": name}, "spec": {
         "replicas": replicas, "maxReplicas": max_replicas, "sandboxTemplateRef": {"name": template}}})
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(scope="module")

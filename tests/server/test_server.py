@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from rollbox.engine import Engine
-from tests.conftest import BASIC, teardown_engine
+from tests.support.engines import BASIC, teardown_engine
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token", "carol": "carol-token"}
 TEMPLATE = {"apiVersion": "rollbox.dev/v1alpha1", "kind": "SandboxTemplate", **BASIC}

@@ -19,29 +19,10 @@ from rollbox.engine import Engine
 from rollbox.rl.local import LocalServer
 from rollbox.server.serve import MAX_SOCKET_PATH, listen_unix
 from rollbox.server.threaded import ThreadServer
-from tests.conftest import BASIC, run_dirs, teardown_engine
+from tests.support.engines import BASIC, run_dirs, teardown_engine
+from tests.support.users import NOBODY, connect_as
 
-NOBODY = 65534
 TEMPLATE = {"apiVersion": "rollbox.dev/v1alpha1", "kind": "SandboxTemplate", **BASIC}
-
-
-def connect_as(uid: int, path: str) -> int:
-    """Connects to `path` from a child process running as `uid`: 0, or the errno it got."""
-    child = os.fork()
-    if child == 0:  # only syscalls from here on, then _exit
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            with socket.socket(socket.AF_UNIX) as attacker:
-                attacker.connect(path)
-            os._exit(0)
-        except OSError as error:
-            os._exit(error.errno or 255)
-        finally:
-            os._exit(255)
-    _, status = os.waitpid(child, 0)
-    return os.waitstatus_to_exitcode(status)
 
 
 def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+"""What more than one test tier shares: throw-away engines, real servers, other local users."""

@@ -1,0 +1,46 @@
+"""Real engines on throw-away data directories, cleaned up to the last mount."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from rollbox.engine import Engine, Sandbox
+from rollbox.engine.engine import RUN_ROOT
+
+BASIC = {"metadata": {"name": "basic"},
+         "spec": {"steps": [{"run": "mkdir -p /opt/data && echo baseline > /opt/data/file"}]}}
+RUNTIMES = ["runc", "runsc"]
+
+
+def template_for(runtime: str) -> str:
+    return "basic" if runtime == "runc" else f"basic-{runtime}"
+
+
+def make_engine(root: Path) -> Engine:
+    return Engine(root / "data", run_dir=RUN_ROOT / f"test-{secrets.token_hex(4)}")
+
+
+def run_dirs() -> set[str]:
+    """What RUN_ROOT holds: engines' run directories (and the network lock)."""
+    return set(os.listdir(RUN_ROOT)) if RUN_ROOT.is_dir() else set()
+
+
+def teardown_engine(engine: Engine) -> None:
+    """Deletes everything the engine made on the machine."""
+    engine.destroy()
+
+
+_V2_NAMES = {"memory.limit_in_bytes": "memory.max", "memory.max_usage_in_bytes": "memory.peak",
+             "memory.failcnt": "memory.events"}
+
+
+def cgroup_value(engine: Engine, sandbox: Sandbox, controller: str, name: str) -> str:
+    """One file of the sandbox's cgroup on the host (v1 names; mapped to v2 where the host has v2)."""
+    record = engine.store.sandbox(sandbox.id)
+    assert record is not None
+    relative = engine.cgroups.path_for(record.container_id).lstrip("/")
+    if engine.cgroups.v2:
+        return (Path("/sys/fs/cgroup") / relative / _V2_NAMES.get(name, name)).read_text().strip()
+    return (Path("/sys/fs/cgroup") / controller / relative / name).read_text().strip()
