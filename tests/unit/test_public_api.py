@@ -13,7 +13,7 @@ import rollbox
 import rollbox.client
 import rollbox.errors
 import rollbox.rl
-from rollbox.client import _calls
+from rollbox.client import _options
 from rollbox.models import ClaimRequest, ExecRequest
 
 PUBLIC = {
@@ -62,6 +62,6 @@ def test_the_sdk_loads_no_module_above_the_ground_floor(statement: str) -> None:
 def test_the_sdk_s_keyword_arguments_are_the_wire_shapes_fields() -> None:
     """`create_sandbox(**options)` and `commands.run(command, **options)` are typed by TypedDicts that must name the
     request models' fields, no more and no fewer (the streaming callbacks are the SDK's own)."""
-    assert set(typing.get_type_hints(_calls.ClaimOptions)) == set(ClaimRequest.model_fields)
-    exec_options = set(typing.get_type_hints(_calls.ExecOptions)) - {"on_stdout", "on_stderr"}
+    assert set(typing.get_type_hints(_options.ClaimOptions)) == set(ClaimRequest.model_fields)
+    exec_options = set(typing.get_type_hints(_options.ExecOptions)) - {"on_stdout", "on_stderr"}
     assert exec_options == set(ExecRequest.model_fields) - {"command"}

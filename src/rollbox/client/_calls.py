@@ -7,10 +7,10 @@ this one place.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypedDict, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -18,6 +18,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from rollbox import errors, spec
 from rollbox.client import _archive
 from rollbox.client._http import Answer, error_from, raise_for_error
+from rollbox.client._options import ClaimOptions, Command, OutputCallback, ProgressCallback, Source
 from rollbox.models import (
     ApplyEvent,
     ApplyRequest,
@@ -40,48 +41,8 @@ from rollbox.models import (
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 Parse = Callable[[Answer], T]
-OutputCallback = Callable[[str], None]
-ProgressCallback = Callable[[ApplyEvent], None]
-Command = str | Sequence[str]
-"""A shell string (run under /bin/sh -c) or an argv list."""
-Source = str | os.PathLike[str]
-"""A YAML file's path, or YAML text (anything with a newline in it)."""
-
 JSON = {"content-type": "application/json"}
 _BINARY = {"content-type": "application/octet-stream"}
-
-
-class ClaimOptions(TypedDict, total=False):
-    """What `create_sandbox` accepts: a warm pool, a template or a snapshot to start from, and the claim's policy."""
-
-    template: str | None
-    warmpool: str | None
-    snapshot: str | None
-    shutdown_after: float | str | None
-    """Seconds (or `10m`, `1h`) until the sandbox is deleted."""
-    idle_pause_after: float | str | None
-    """Seconds without calls after which the sandbox is paused."""
-    env: dict[str, str] | None
-    labels: dict[str, str] | None
-
-
-class ExecOptions(TypedDict, total=False):
-    """What `commands.run` accepts besides the command."""
-
-    timeout: float | None
-    """Seconds before the command's process group is killed; the result then has `timed_out`."""
-    env: dict[str, str] | None
-    cwd: str | None
-    user: str | None
-    stdin: str | None
-    output_limit: int | None
-    """Bytes of stdout and of stderr kept (the template's limit by default)."""
-    isolated: bool
-    """Run in a throw-away copy of the sandbox: it sees the sandbox's files, but what it writes, the
-    processes it starts and its network are its own and gone when it ends (runc templates)."""
-    on_stdout: OutputCallback | None
-    """Called with each piece of stdout as it is produced (the call then streams)."""
-    on_stderr: OutputCallback | None
 
 
 @dataclass(frozen=True, slots=True)

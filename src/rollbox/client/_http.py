@@ -16,7 +16,7 @@ from rollbox.models import ErrorBody
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 UNIX = "unix://"
-"""A router on a unix socket: `unix:///path/to/router.sock` (the embedded server's own, see rl.local)."""
+"""A router on a unix socket: `unix:///path/to/router.sock` (the embedded server's own, see rollbox.server.local)."""
 DEFAULT_TIMEOUT = 60.0
 URL_CACHE = 4096
 """Parsed URLs kept, by path: a claim's calls reuse theirs rather than parse them again."""

@@ -13,6 +13,7 @@ import httpx
 from rollbox import errors
 from rollbox.client import _calls as calls
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Answer, Settings, connection_failed, error_from
+from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
 from rollbox.client._transport import PoolTransport, Reply
 from rollbox.models import (
     ApplyEvent,
@@ -50,7 +51,7 @@ class AsyncSandboxClient:
 
     # -- sandboxes ---------------------------------------------------------------------------
 
-    def create_sandbox(self, **claim: Unpack[calls.ClaimOptions]) -> Claiming:
+    def create_sandbox(self, **claim: Unpack[ClaimOptions]) -> Claiming:
         """Claims a sandbox: a warm one from `warmpool` if it has one, else a new one from `template` or `snapshot`.
 
         Await it (`sandbox = await client.create_sandbox(...)`) or enter it
@@ -58,7 +59,7 @@ class AsyncSandboxClient:
         """
         return Claiming(self._claim(claim))
 
-    async def _claim(self, claim: calls.ClaimOptions) -> AsyncSandbox:
+    async def _claim(self, claim: ClaimOptions) -> AsyncSandbox:
         return AsyncSandbox(self, await self._send(calls.create_sandbox(claim)))
 
     async def get_sandbox(self, sandbox_id: str) -> AsyncSandbox:
@@ -72,7 +73,7 @@ class AsyncSandboxClient:
 
     # -- resources ---------------------------------------------------------------------------
 
-    async def apply(self, source: calls.Source, on_progress: calls.ProgressCallback | None = None) -> list[ApplyEvent]:
+    async def apply(self, source: Source, on_progress: ProgressCallback | None = None) -> list[ApplyEvent]:
         """Creates or updates the templates and warm pools of a YAML file (or text); returns once all are ready."""
         return await self._send(calls.apply(source, on_progress))
 
@@ -197,7 +198,7 @@ class AsyncSandbox:
     def __repr__(self) -> str:
         return f"AsyncSandbox({self.id!r}, template={self.info.template!r}, state={self.info.state!r})"
 
-    async def run(self, command: calls.Command, **options: Unpack[calls.ExecOptions]) -> ExecResult:
+    async def run(self, command: Command, **options: Unpack[ExecOptions]) -> ExecResult:
         """Same as `commands.run`."""
         return await self.commands.run(command, **options)
 
@@ -248,7 +249,7 @@ class AsyncCommands:
         self._client = client
         self._sandbox_id = sandbox_id
 
-    async def run(self, command: calls.Command, **options: Unpack[calls.ExecOptions]) -> ExecResult:
+    async def run(self, command: Command, **options: Unpack[ExecOptions]) -> ExecResult:
         """Runs a shell string (under /bin/sh -c) or an argv list and returns when it ends or times out.
 
         With `on_stdout`/`on_stderr` the output is streamed to them as it is produced.

@@ -20,6 +20,7 @@ from rollbox.client._http import (
     connection_failed,
     error_from,
 )
+from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
 from rollbox.models import (
     ApplyEvent,
     ExecResult,
@@ -53,7 +54,7 @@ class SandboxClient:
 
     # -- sandboxes ---------------------------------------------------------------------------
 
-    def create_sandbox(self, **claim: Unpack[calls.ClaimOptions]) -> Sandbox:
+    def create_sandbox(self, **claim: Unpack[ClaimOptions]) -> Sandbox:
         """Claims a sandbox: a warm one from `warmpool` if it has one, else a new one from `template` or `snapshot`."""
         return Sandbox(self, self._send(calls.create_sandbox(claim)))
 
@@ -68,7 +69,7 @@ class SandboxClient:
 
     # -- resources ---------------------------------------------------------------------------
 
-    def apply(self, source: calls.Source, on_progress: calls.ProgressCallback | None = None) -> list[ApplyEvent]:
+    def apply(self, source: Source, on_progress: ProgressCallback | None = None) -> list[ApplyEvent]:
         """Creates or updates the templates and warm pools of a YAML file (or text); returns once all are ready."""
         return self._send(calls.apply(source, on_progress))
 
@@ -165,7 +166,7 @@ class Sandbox:
     def __repr__(self) -> str:
         return f"Sandbox({self.id!r}, template={self.info.template!r}, state={self.info.state!r})"
 
-    def run(self, command: calls.Command, **options: Unpack[calls.ExecOptions]) -> ExecResult:
+    def run(self, command: Command, **options: Unpack[ExecOptions]) -> ExecResult:
         """Same as `commands.run`."""
         return self.commands.run(command, **options)
 
@@ -216,7 +217,7 @@ class Commands:
         self._client = client
         self._sandbox_id = sandbox_id
 
-    def run(self, command: calls.Command, **options: Unpack[calls.ExecOptions]) -> ExecResult:
+    def run(self, command: Command, **options: Unpack[ExecOptions]) -> ExecResult:
         """Runs a shell string (under /bin/sh -c) or an argv list and returns when it ends or times out.
 
         With `on_stdout`/`on_stderr` the output is streamed to them as it is produced.

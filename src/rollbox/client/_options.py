@@ -1,0 +1,50 @@
+"""What the SDK's calls accept: the keyword arguments of `create_sandbox` and `commands.run`, and the shapes of a
+command, a YAML source and the streaming callbacks. Both clients' signatures use these."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import TypedDict
+
+from rollbox.models import ApplyEvent
+
+OutputCallback = Callable[[str], None]
+ProgressCallback = Callable[[ApplyEvent], None]
+Command = str | Sequence[str]
+"""A shell string (run under /bin/sh -c) or an argv list."""
+Source = str | os.PathLike[str]
+"""A YAML file's path, or YAML text (anything with a newline in it)."""
+
+
+class ClaimOptions(TypedDict, total=False):
+    """What `create_sandbox` accepts: a warm pool, a template or a snapshot to start from, and the claim's policy."""
+
+    template: str | None
+    warmpool: str | None
+    snapshot: str | None
+    shutdown_after: float | str | None
+    """Seconds (or `10m`, `1h`) until the sandbox is deleted."""
+    idle_pause_after: float | str | None
+    """Seconds without calls after which the sandbox is paused."""
+    env: dict[str, str] | None
+    labels: dict[str, str] | None
+
+
+class ExecOptions(TypedDict, total=False):
+    """What `commands.run` accepts besides the command."""
+
+    timeout: float | None
+    """Seconds before the command's process group is killed; the result then has `timed_out`."""
+    env: dict[str, str] | None
+    cwd: str | None
+    user: str | None
+    stdin: str | None
+    output_limit: int | None
+    """Bytes of stdout and of stderr kept (the template's limit by default)."""
+    isolated: bool
+    """Run in a throw-away copy of the sandbox: it sees the sandbox's files, but what it writes, the
+    processes it starts and its network are its own and gone when it ends (runc templates)."""
+    on_stdout: OutputCallback | None
+    """Called with each piece of stdout as it is produced (the call then streams)."""
+    on_stderr: OutputCallback | None
