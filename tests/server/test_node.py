@@ -22,7 +22,7 @@ from rollbox.errors import (
     TemplateNotFound,
 )
 from rollbox.models import ClaimRequest, ExecRequest
-from rollbox.node import LocalNode, local, pools
+from rollbox.node import LocalNode, deletions, pools
 from rollbox.spec import SandboxTemplate, SandboxWarmPool, parse_resource
 from tests.support.engines import BASIC, cgroup_value, make_engine, teardown_engine, template_for
 
@@ -68,8 +68,8 @@ async def filled(node: LocalNode, name: str = "basic-pool") -> None:
     await until(full)
 
 
-async def run(node: LocalNode, tenant: str, claim_id: str, command: str) -> str:
-    result = await node.exec(tenant, claim_id, ExecRequest(command=command))
+async def run(node: LocalNode, tenant: str, sandbox_id: str, command: str) -> str:
+    result = await node.exec(tenant, sandbox_id, ExecRequest(command=command))
     assert result.exit_code == 0, result
     return result.stdout
 
@@ -87,11 +87,11 @@ async def test_apply_reports_created_unchanged_configured(node: LocalNode) -> No
 async def test_claim_takes_a_ready_sandbox_from_the_pool(node: LocalNode, engine: Engine) -> None:
     await node.apply(pool(replicas=2), print)
     await filled(node)
-    ready = set(node._pools["basic-pool"].ready)
+    ready = set(node.resources.pools["basic-pool"].ready)
     started = time.perf_counter()
     claim = await node.claim("alice", ClaimRequest(warmpool="basic-pool"))
     assert time.perf_counter() - started < 0.5  # no container start: ~0.1 ms on an idle machine
-    assert node._claims[claim.id].sandbox_id in ready
+    assert node.claimed[claim.id].container_id in ready
     assert (claim.template, claim.warmpool, claim.tenant, claim.state) == ("basic", "basic-pool", "alice", "running")
     assert await run(node, "alice", claim.id, "cat /opt/data/file") == "baseline\n"
     await filled(node)  # refilled in the background
@@ -114,13 +114,13 @@ async def test_unknown_sources_fail_clearly(node: LocalNode) -> None:
 
 
 async def test_full_node_fails_at_once_and_quota_is_per_tenant(node: LocalNode) -> None:
-    node.max_sandboxes = 3
+    node.capacity.max_sandboxes = 3
     claims = [await node.claim("alice", ClaimRequest(template="basic")) for _ in range(3)]
     started = time.perf_counter()
     with pytest.raises(CapacityExceeded):
         await node.claim("bob", ClaimRequest(template="basic"))
     assert time.perf_counter() - started < 1
-    node.max_sandboxes = 12
+    node.capacity.max_sandboxes = 12
     claims += [await node.claim("alice", ClaimRequest(template="basic")) for _ in range(3)]
     with pytest.raises(CapacityExceeded, match="quota"):
         await node.claim("alice", ClaimRequest(template="basic"))
@@ -134,7 +134,7 @@ async def test_a_full_node_evicts_a_warm_sandbox_for_a_cold_claim(node: LocalNod
     await node.apply(other, print)
     await node.apply(pool(replicas=2, template="other", name="other-pool"), print)
     await filled(node, "other-pool")
-    node.max_sandboxes = 2
+    node.capacity.max_sandboxes = 2
     claim = await node.claim("alice", ClaimRequest(template="basic"))
     assert await run(node, "alice", claim.id, "cat /opt/data/file") == "baseline\n"
     await node.delete_warmpool("other-pool")
@@ -156,11 +156,11 @@ async def test_reset_keeps_the_id_and_brings_the_baseline_back(node: LocalNode, 
     await filled(node)
     claim = await node.claim("alice", ClaimRequest(warmpool="basic-pool"))
     await run(node, "alice", claim.id, "touch ~/new")
-    old = node._claims[claim.id].sandbox_id
+    old = node.claimed[claim.id].container_id
     await filled(node)
-    ready = set(node._pools["basic-pool"].ready)
+    ready = set(node.resources.pools["basic-pool"].ready)
     again = await node.reset("alice", claim.id)
-    assert node._claims[claim.id].sandbox_id in ready  # a warm sandbox swapped in
+    assert node.claimed[claim.id].container_id in ready  # a warm sandbox swapped in
     assert again.id == claim.id
     assert await run(node, "alice", claim.id, "cat /opt/data/file; ls ~") == "baseline\n"
 
@@ -170,7 +170,7 @@ async def test_reset_keeps_the_id_and_brings_the_baseline_back(node: LocalNode, 
 
 
 async def test_reset_without_room_restarts_in_place(node: LocalNode) -> None:
-    node.max_sandboxes = 1
+    node.capacity.max_sandboxes = 1
     claim = await node.claim("alice", ClaimRequest(template="basic"))
     await run(node, "alice", claim.id, "touch ~/new")
     await node.reset("alice", claim.id)
@@ -223,7 +223,7 @@ async def test_pause_and_resume(node: LocalNode) -> None:
 
 async def test_idle_sandboxes_pause_and_wake_on_the_next_call(node: LocalNode, engine: Engine) -> None:
     claim = await node.claim("alice", ClaimRequest(template="basic", idle_pause_after=0.3))
-    sandbox_id = node._claims[claim.id].sandbox_id
+    sandbox_id = node.claimed[claim.id].container_id
     busy = node.exec("alice", claim.id, ExecRequest(command="sleep 0.8; echo done"))
     assert (await busy).stdout == "done\n"  # a running command keeps it awake
 
@@ -237,7 +237,7 @@ async def test_idle_sandboxes_pause_and_wake_on_the_next_call(node: LocalNode, e
 async def test_claims_expire(node: LocalNode, engine: Engine) -> None:
     claim = await node.claim("alice", ClaimRequest(template="basic", shutdown_after=0.3))
     assert claim.expires_at is not None
-    sandbox_id = node._claims[claim.id].sandbox_id
+    sandbox_id = node.claimed[claim.id].container_id
 
     async def gone() -> bool:
         return sandbox_id not in {info.id for info in engine.list()}
@@ -273,7 +273,7 @@ async def test_a_pool_deleted_while_refilling_lets_its_template_go(node: LocalNo
     await node.apply(SandboxTemplate.model_validate({**BASIC, "metadata": {"name": "doomed"}}), print)
 
     async def halfway() -> bool:
-        filling = node._pools["doomed-pool"]
+        filling = node.resources.pools["doomed-pool"]
         return filling.starting > 0 and len(filling.ready) > 0
 
     async def nothing_left() -> bool:
@@ -282,7 +282,7 @@ async def test_a_pool_deleted_while_refilling_lets_its_template_go(node: LocalNo
     for _ in range(15):
         await node.apply(pool("doomed-pool", replicas=6, template="doomed"), print)
         await until(halfway)
-        doomed = node._pools["doomed-pool"]
+        doomed = node.resources.pools["doomed-pool"]
         await node.delete_warmpool("doomed-pool")
         assert doomed.starting == 0
         await until(nothing_left)
@@ -305,10 +305,10 @@ async def test_a_pool_with_max_replicas_grows_to_its_bursts_then_shrinks_back(
         return info.ready == count and info.target == count and not info.starting
 
     await until(lambda: ready(3))
-    warm = set(node._pools["elastic"].ready)
+    warm = set(node.resources.pools["elastic"].ready)
     before = time.monotonic()
     second = [await node.claim("alice", ClaimRequest(warmpool="elastic")) for _ in range(2)]
-    assert {node._claims[claim.id].sandbox_id for claim in second} <= warm  # the next step's claims are warm
+    assert {node.claimed[claim.id].container_id for claim in second} <= warm  # the next step's claims are warm
     await until(lambda: ready(3))
     await until(lambda: ready(1))
     assert time.monotonic() - before >= pools.BURST_MEMORY  # it kept its size while the burst was recent
@@ -325,11 +325,11 @@ async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode, engine: 
     await run(node, "alice", kept.id, "echo mine > ~/mine")
     await anyio.sleep(0.5)
     assert (await node.get("alice", kept.id)).state == "paused"
-    ready = set(node._pools["basic-pool"].ready)
+    ready = set(node.resources.pools["basic-pool"].ready)
     node.close()
     again = LocalNode(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)
     try:
-        assert set(again._pools["basic-pool"].ready) == ready
+        assert set(again.resources.pools["basic-pool"].ready) == ready
         assert await run(again, "alice", kept.id, "cat ~/mine") == "mine\n"
         assert [c.id for c in await again.claims("alice")] == [kept.id]
     finally:
@@ -351,7 +351,7 @@ async def test_a_warm_sandbox_that_dies_is_never_handed_out(node: LocalNode, eng
     if restarted:
         node.close()
         node.__init__(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)  # type: ignore[misc]
-    doomed = set(node._pools["basic-pool"].ready)
+    doomed = set(node.resources.pools["basic-pool"].ready)
     for sandbox_id in doomed:
         for pid in cgroup_value(engine, engine.get(sandbox_id), "pids", "cgroup.procs").split():
             os.kill(int(pid), signal.SIGKILL)
@@ -359,17 +359,17 @@ async def test_a_warm_sandbox_that_dies_is_never_handed_out(node: LocalNode, eng
         engine.exec(next(iter(doomed)), ["true"])
 
     async def replaced() -> bool:
-        return not doomed & set(node._pools["basic-pool"].ready)
+        return not doomed & set(node.resources.pools["basic-pool"].ready)
     await until(replaced)
     claims = [await node.claim("alice", ClaimRequest(warmpool="basic-pool")) for _ in range(2)]
-    assert not doomed & {node._claims[claim.id].sandbox_id for claim in claims}
+    assert not doomed & {node.claimed[claim.id].container_id for claim in claims}
     for claim in claims:
         assert await run(node, "alice", claim.id, "echo alive") == "alive\n"
         await node.delete("alice", claim.id)
 
     async def only_warm_ones_watched() -> bool:
-        ready = set(node._pools["basic-pool"].ready)
-        return len(ready) == 2 and set(node._exits._watched.values()) == ready
+        ready = set(node.resources.pools["basic-pool"].ready)
+        return len(ready) == 2 and set(node.resources.exits._watched.values()) == ready
     await until(only_warm_ones_watched)
 
 
@@ -379,7 +379,7 @@ async def test_a_claimed_sandbox_whose_container_stopped_shows_stopped_until_res
     its calls fail as not running, and a reset brings it back under the same claim."""
     claim = await node.claim("alice", ClaimRequest(template="basic"))  # cold: no pool watched its start
     assert (await node.get("alice", claim.id)).state == "running"
-    sandbox_id = node._claims[claim.id].sandbox_id
+    sandbox_id = node.claimed[claim.id].container_id
     for pid in cgroup_value(engine, engine.get(sandbox_id), "pids", "cgroup.procs").split():
         os.kill(int(pid), signal.SIGKILL)
 
@@ -399,10 +399,10 @@ async def test_no_sandbox_inherits_the_nodes_descriptors(node: LocalNode, engine
     """The node holds a pidfd of every warm sandbox (enough to kill it): none may reach another sandbox."""
     await node.apply(pool(replicas=2), print)
     await filled(node)
-    assert len(node._exits._watched) >= 2
+    assert len(node.resources.exits._watched) >= 2
     claim = await node.claim("alice", ClaimRequest(template="basic", snapshot=None))
     await run(node, "alice", claim.id, "sleep 30 >/dev/null 2>&1 &")
-    box = engine.get(node._claims[claim.id].sandbox_id)
+    box = engine.get(node.claimed[claim.id].container_id)
     inherited = {}
     for pid in cgroup_value(engine, box, "pids", "cgroup.procs").split():
         try:
@@ -425,15 +425,15 @@ async def test_one_node_per_data_directory(node: LocalNode, engine: Engine) -> N
 
 async def test_sandboxes_deleted_behind_the_nodes_back_are_forgotten(node: LocalNode, engine: Engine,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("rollbox.node.local.RECONCILE_EVERY", 0.1)
+    monkeypatch.setattr("rollbox.node.sweeper.RECONCILE_EVERY", 0.1)
     node.close()
     node.__init__(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)  # type: ignore[misc]  # picks up the setting
     await node.apply(pool(replicas=1), print)
     await filled(node)
     claim = await node.claim("alice", ClaimRequest(template="basic"))
     await filled(node)
-    engine.delete(node._claims[claim.id].sandbox_id)
-    engine.delete(node._pools["basic-pool"].ready[0])
+    engine.delete(node.claimed[claim.id].container_id)
+    engine.delete(node.resources.pools["basic-pool"].ready[0])
 
     async def forgotten() -> bool:
         return await node.claims("alice") == [] and (await node.health())["sandboxes"] == 1
@@ -445,10 +445,10 @@ async def test_deletions_wait_for_claims_to_pause_but_not_for_room(node: LocalNo
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A sandbox deleted during a stream of claims goes once the stream pauses, or after DELETE_HOLD_MAX while it
     goes on; a claim that waits for the room it frees does not wait for the stream."""
-    monkeypatch.setattr(local, "DELETE_QUIET", 1.0)  # wide margins: a loaded machine still streams in time
-    monkeypatch.setattr(local, "DELETE_HOLD_MAX", 4.0)
+    monkeypatch.setattr(deletions, "DELETE_QUIET", 1.0)  # wide margins: a loaded machine still streams in time
+    monkeypatch.setattr(deletions, "DELETE_HOLD_MAX", 4.0)
     first, second = [await node.claim("alice", ClaimRequest(template="basic")) for _ in range(2)]
-    sandboxes = [node._claims[claim.id].sandbox_id for claim in (first, second)]
+    sandboxes = [node.claimed[claim.id].container_id for claim in (first, second)]
     streaming = True
 
     async def stream() -> None:  # claims that fail at once count as claims all the same
@@ -469,7 +469,7 @@ async def test_deletions_wait_for_claims_to_pause_but_not_for_room(node: LocalNo
         assert exists(sandboxes[0]), "deleted while claims kept coming"
         await until(lambda: anyio.to_thread.run_sync(lambda: not exists(sandboxes[0])))
         assert time.monotonic() - started < 15, "held past DELETE_HOLD_MAX"
-        node.max_sandboxes = node._count  # full: the next claim waits for the deletion below
+        node.capacity.max_sandboxes = node.capacity.count  # full: the next claim waits for the deletion below
         await node.delete("alice", second.id)
         started = time.monotonic()
         claim = await node.claim("alice", ClaimRequest(template="basic"))

@@ -1,0 +1,81 @@
+"""The node's record of a claim: which tenant holds which sandbox, and the container that serves it now.
+
+A tenant only ever sees its sandbox id; the container behind it is the engine's, and `reset` or a
+restore swaps it for another. So the two ids are kept apart here, and an engine error about a
+claim's container is retold as one about its sandbox before it reaches the tenant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pydantic_core
+
+from rollbox.errors import SandboxNotFound, SandboxNotRunning
+from rollbox.models import SandboxInfo
+
+_TRANSIENT = {"last_used", "busy", "lock"}
+
+
+@dataclass
+class Claim:
+    """A tenant's hold on one sandbox. `sandbox_id` is the tenant's and never changes; `container_id` is the
+    engine's and changes at reset."""
+
+    sandbox_id: str
+    tenant: str
+    container_id: str
+    template: str
+    created_at: float
+    warmpool: str | None = None
+    snapshot: str | None = None
+    shutdown_after: float | None = None
+    expires_at: float | None = None
+    idle_pause_after: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    parent: str | None = None
+    """The sandbox id this one was forked from."""
+    paused: str | None = None
+    """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does)."""
+    last_used: float = 0.0
+    """Monotonic time of the last call; not stored, a restarted node starts the idle clock anew."""
+    busy: int = 0
+    """Calls in flight: an idle claim is one with none."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """Serialises what swaps or restarts the container (reset, fork, snapshot, pause, delete)."""
+
+    def info(self) -> SandboxInfo:
+        return SandboxInfo(id=self.sandbox_id, template=self.template, warmpool=self.warmpool, tenant=self.tenant,
+                           state="paused" if self.paused else "running", created_at=self.created_at,
+                           expires_at=self.expires_at, idle_pause_after=self.idle_pause_after,
+                           snapshot=self.snapshot, parent=self.parent, labels=self.labels)
+
+    def to_json(self) -> str:
+        """The stored record, written with pydantic-core (faster than json.dumps; json reads it back)."""
+        return pydantic_core.to_json(self, exclude=_TRANSIENT).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> Claim:
+        return cls(**json.loads(text))
+
+
+def gone(sandbox_id: str) -> SandboxNotFound:
+    return SandboxNotFound(f"sandbox {sandbox_id!r} does not exist (deleted, expired or never created)")
+
+
+@contextlib.contextmanager
+def as_sandbox(claim: Claim) -> Iterator[None]:
+    """Retells the engine's not-found and not-running errors about the claim's container as errors about its
+    sandbox: the tenant never sees a container id. The container is the one serving the claim on entry."""
+    container_id, sandbox_id = claim.container_id, claim.sandbox_id
+    try:
+        yield
+    except (SandboxNotFound, SandboxNotRunning) as error:
+        text = re.sub(rf"\bcontainer ('?){re.escape(container_id)}\1", rf"sandbox \g<1>{sandbox_id}\1", str(error))
+        raise type(error)(text.replace(container_id, sandbox_id)) from error

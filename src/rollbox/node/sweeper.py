@@ -1,0 +1,96 @@
+"""The node's housekeeping thread: it ends claims past `shutdown_after`, pauses idle sandboxes, shrinks warm
+pools once their bursts have passed, and every RECONCILE_EVERY seconds forgets what the engine lost."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from rollbox.errors import SandboxNotFound
+from rollbox.node.claims import Claim
+
+if TYPE_CHECKING:
+    from rollbox.node.local import LocalNode
+
+log = logging.getLogger("rollbox.node")
+
+RECONCILE_EVERY = 5.0
+
+
+class Sweeper:
+    """Sweeps the node every `tick` seconds, in a thread of its own, until the node closes."""
+
+    def __init__(self, node: LocalNode, tick: float) -> None:
+        self.node = node
+        self._thread = threading.Thread(target=self._run, args=(tick,), name="rollbox-sweeper", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def _run(self, tick: float) -> None:
+        node = self.node
+        reconciled = time.monotonic()
+        while not node.closed.wait(tick):
+            now, clock = time.time(), time.monotonic()
+            if clock - reconciled >= RECONCILE_EVERY:
+                reconciled = clock
+                try:
+                    self._reconcile()
+                except Exception:
+                    log.exception("reconciling with the engine failed")
+            node.resources.shrink()
+            for claim in list(node.claimed.values()):
+                try:
+                    if claim.expires_at is not None and claim.expires_at <= now:
+                        node.end(claim)
+                    elif (claim.idle_pause_after and not claim.paused and not claim.busy
+                          and clock - claim.last_used >= claim.idle_pause_after):
+                        self._idle_pause(claim)
+                except Exception:
+                    log.exception("sweeping sandbox %s failed", claim.sandbox_id)
+
+    def _reconcile(self) -> None:
+        """Forgets claims and warm containers the engine no longer has (a template's `shutdown_after` ran out, or
+        someone deleted the container behind the node's back), freeing their room."""
+        node = self.node
+        alive = {info.id for info in node.engine.list()}
+        for claim in list(node.claimed.values()):
+            if claim.container_id not in alive:
+                with claim.lock:
+                    if claim.sandbox_id in node.claimed and self._vanished(claim.container_id):
+                        log.warning("sandbox %s lost its container %s: dropping it", claim.sandbox_id,
+                                    claim.container_id)
+                        node.unlist(claim)
+                        node.store.delete_claim(claim)
+                        node.capacity.release(1)
+        for pool in list(node.resources.pools.values()):
+            for container_id in [c for c in list(pool.ready) if c not in alive and self._vanished(c)]:
+                if pool.forget(container_id):
+                    node.store.remove_pool_containers([container_id])
+                    node.capacity.release(1)
+
+    def _vanished(self, container_id: str) -> bool:
+        """Checked again one by one: a container started after the engine was listed is not vanished."""
+        try:
+            self.node.engine.info(container_id)
+        except SandboxNotFound:
+            return True
+        return False
+
+    def _idle_pause(self, claim: Claim) -> None:
+        node = self.node
+        if not claim.lock.acquire(blocking=False):
+            return
+        try:
+            # Mark first, then look for calls: a call that starts after the mark sees it and wakes the container.
+            with node.lock:
+                if claim.busy or claim.paused or claim.sandbox_id not in node.claimed:
+                    return
+                claim.paused = "idle"
+            node.engine.pause(claim.container_id)
+            node.store.put_claims([claim])
+        finally:
+            claim.lock.release()
