@@ -16,6 +16,7 @@ from rollbox.engine import Engine
 from rollbox.errors import (
     CapacityExceeded,
     Conflict,
+    InvalidResource,
     NotFound,
     SandboxNotFound,
     SandboxNotRunning,
@@ -111,6 +112,22 @@ async def test_unknown_sources_fail_clearly(node: LocalNode) -> None:
     with pytest.raises(NotFound):  # NotFound: no such warm pool
         await node.claim("alice", ClaimRequest(warmpool="missing"))
     assert (await node.health())["sandboxes"] == 0
+
+
+async def test_a_warm_pool_that_can_never_fill_is_refused(node: LocalNode) -> None:
+    """A pool's replicas must fit the node beside the other pools' replicas: one that cannot is refused at
+    apply, saying the numbers and what to change, instead of filling what it can."""
+    node.capacity.max_sandboxes = 4
+    with pytest.raises(InvalidResource, match=r"replicas 5 cannot fit this node, which runs at most 4 sandboxes: "
+                                              r"lower replicas to 4 or fewer"):
+        await node.apply(pool("first", replicas=5), print)
+    assert await node.apply(pool("first", replicas=3), print) == "created"
+    with pytest.raises(InvalidResource, match=r"warm pools first \(3\) keep 3 ready: lower replicas to 1 or fewer"):
+        await node.apply(pool(replicas=2), print)
+    assert await node.apply(pool(replicas=1), print) == "created"
+    with pytest.raises(InvalidResource, match="basic-pool \\(1\\) keep 1 ready: lower replicas to 3 or fewer"):
+        await node.apply(pool("first", replicas=4), print)  # its own replicas are not counted twice
+    assert [(p.name, p.replicas) for p in await node.warmpools()] == [("basic-pool", 1), ("first", 3)]
 
 
 async def test_full_node_fails_at_once_and_quota_is_per_tenant(node: LocalNode) -> None:
@@ -477,3 +494,25 @@ async def test_deletions_wait_for_claims_to_pause_but_not_for_room(node: LocalNo
         streaming = False
     assert not exists(sandboxes[1])
     await node.delete("alice", claim.id)
+
+
+async def test_engine_errors_under_a_claim_name_its_sandbox_not_its_container(node: LocalNode, engine: Engine) -> None:
+    """The engine's errors speak of containers; a tenant sees only its sandbox id, in errors too: a container
+    killed on the host, then deleted behind the node's back."""
+    claim = await node.claim("alice", ClaimRequest(template="basic"))
+    container_id = node.claimed[claim.id].container_id
+    for pid in cgroup_value(engine, engine.get(container_id), "pids", "cgroup.procs").split():
+        os.kill(int(pid), signal.SIGKILL)
+
+    async def stopped() -> bool:
+        return (await node.get("alice", claim.id)).state == "stopped"
+    await until(stopped)
+    with pytest.raises(SandboxNotRunning) as not_running:
+        await run(node, "alice", claim.id, "true")
+    engine.delete(container_id)
+    with pytest.raises(SandboxNotFound) as not_found:
+        await node.stats("alice", claim.id)
+    with pytest.raises(SandboxNotFound) as file_not_found:
+        await node.files("alice", claim.id, "list", "/")
+    for error in (not_running.value, not_found.value, file_not_found.value):
+        assert claim.id in str(error) and container_id not in str(error), error

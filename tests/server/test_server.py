@@ -166,6 +166,13 @@ def test_apply_is_idempotent_and_lists_resources(alice: httpx.Client) -> None:
     error(alice.get("/v1/templates/nope"), 404, "template_not_found")
 
 
+def test_a_warm_pool_that_can_never_fill_is_refused(alice: httpx.Client) -> None:
+    [*_, refused, _] = apply(alice, [warm_pool(157, "huge")])  # basic-pool keeps 4 of the node's 160
+    assert (refused["event"], refused["code"]) == ("error", "invalid_resource"), refused
+    assert "basic-pool (4) keep 4 ready: lower replicas to 156 or fewer" in refused["message"]
+    error(alice.get("/v1/warmpools/huge"), 404, "not_found")
+
+
 def test_claim_from_a_warm_pool_then_exec(alice: httpx.Client) -> None:
     wait_ready(alice)
     started = time.perf_counter()
