@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.engine.engine import RUN_ROOT
 from rollbox.server.serve import exit_on_sigterm
 from rollbox.spec import SandboxTemplate
@@ -138,7 +138,7 @@ def teardown(engine: Engine) -> None:
     engine.destroy()
 
 
-def succeed(box: Sandbox, command: str) -> str:
+def succeed(box: Container, command: str) -> str:
     result = box.exec(command)
     if result.exit_code != 0:
         raise RuntimeError(f"{command!r} failed in sandbox {box.id}: {result.stderr.strip()}")
@@ -147,12 +147,12 @@ def succeed(box: Sandbox, command: str) -> str:
 
 # -- phases -----------------------------------------------------------------------------------
 
-def baselines(engine: Engine, box: Sandbox, plan: Plan, progress: Progress) -> Figures:
+def baselines(engine: Engine, box: Container, plan: Plan, progress: Progress) -> Figures:
     """Plain `subprocess.run`, raw `runc exec` into the same container, and the engine's exec."""
     runtime = engine.runtime("runc")
-    record = engine.store.sandbox(box.id)
+    record = engine.store.container(box.id)
     assert record is not None
-    runc_exec = [runtime.binary, "--root", str(runtime.state_root), "exec", record.container_id, "true"]
+    runc_exec = [runtime.binary, "--root", str(runtime.state_root), "exec", record.oci_id, "true"]
     subprocess.run(runc_exec, check=True)
     succeed(box, "true")
     if succeed(box, "echo hi") != "hi\n":
@@ -192,7 +192,7 @@ def python_throughput(engine: Engine, plan: Plan, progress: Progress) -> Figures
         task = progress.add_task(f"{PYTHON} x {len(boxes)} threads", total=plan.python_runs)
         per_box = plan.python_runs // len(boxes)
 
-        def run(box: Sandbox) -> list[float]:
+        def run(box: Container) -> list[float]:
             samples = []
             for _ in range(per_box):
                 samples.append(timed(lambda: succeed(box, PYTHON)))
@@ -276,7 +276,7 @@ def density(engine: Engine, plan: Plan, progress: Progress) -> Figures:
     after = meminfo()
     cgroup_bytes = statistics.mean(box.stats().memory_bytes for box in boxes[:20])
     start = time.perf_counter()
-    in_parallel(progress, f"density: delete {plan.density}", plan.workers, boxes, Sandbox.delete)
+    in_parallel(progress, f"density: delete {plan.density}", plan.workers, boxes, Container.delete)
     deleted_s = time.perf_counter() - start
     count = len(boxes)
     return {

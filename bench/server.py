@@ -55,7 +55,7 @@ from engine import QUICK as ENGINE_QUICK
 from engine import TEMPLATE as ENGINE_TEMPLATE
 from rollbox.client import AsyncSandboxClient
 from rollbox.client._http import DEFAULT_TIMEOUT, Settings
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.errors import RollboxError
 from rollbox.rl.local import LocalServer
 from rollbox.server.serve import exit_on_sigterm
@@ -561,7 +561,7 @@ async def floor_claims(plan: Plan, progress: Progress, unix: bool) -> Figures:
     return {name: tally.figures_kept_as(name, label)}
 
 
-async def round_trips(clients: list[Client], box: Sandbox, plan: Plan, server: int | None,
+async def round_trips(clients: list[Client], box: Container, plan: Plan, server: int | None,
                       progress: Progress) -> Figures:
     """`true` one at a time straight into the engine (exec_async, as the server calls it) and through each
     client, taking turns: every path sees the same moments of a shared machine, so the differences are the
@@ -729,7 +729,7 @@ def router(plan: Plan) -> Iterator[tuple[str, str | None, int | None]]:
             teardown(Engine(data))
 
 
-async def through_router(url: str, token: str | None, plan: Plan, server: int | None, box: Sandbox,
+async def through_router(url: str, token: str | None, plan: Plan, server: int | None, box: Container,
                          progress: Progress) -> Figures:
     """Each phase with the raw client, then the SDK, so both see the same machine moments apart."""
     control = Control(url, token)

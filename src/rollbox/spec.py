@@ -100,7 +100,8 @@ class Limits(Model):
     pids: int = Field(256, gt=0)
     disk: Bytes = 1 * 2**30
     output: Bytes = 1 * 2**20
-    lifetime: Seconds | None = None
+    shutdown_after: Seconds | None = None
+    """Seconds (or `10m`, `1h`) after which the engine deletes each container of the template."""
     upload: Bytes = 64 * 2**20
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.errors import SandboxNotFound, SandboxNotRunning
 from rollbox.models import ExecResult
 from rollbox.spec import Limits
@@ -36,7 +36,7 @@ def template_name(runtime: str) -> str:
 
 
 @contextlib.contextmanager
-def new_sandbox(engine: Engine, runtime: str, limits: Limits = LIMITS) -> Iterator[Sandbox]:
+def new_sandbox(engine: Engine, runtime: str, limits: Limits = LIMITS) -> Iterator[Container]:
     box = engine.create(template_name(runtime), limits=limits)
     try:
         yield box
@@ -49,7 +49,7 @@ def new_sandbox(engine: Engine, runtime: str, limits: Limits = LIMITS) -> Iterat
 class Neighbour:
     """A sandbox beside the attacker, with a file and a background process that must survive."""
 
-    sandbox: Sandbox
+    sandbox: Container
     token: str
     pid: int
 
@@ -86,7 +86,7 @@ class Host:
         assert self.root_canary.read_bytes() == self.secret
         assert host_hashes() == self.hashes
         assert self.usr_bin <= set(os.listdir("/usr/bin")), "files vanished from the host's /usr/bin"
-        assert self.engine.agent.is_file() and os.access(self.engine.agent, os.X_OK)
+        assert self.engine.launcher.agent.is_file() and os.access(self.engine.launcher.agent, os.X_OK)
         assert os.system("true") == 0, "the host cannot start processes"
 
 
@@ -98,7 +98,7 @@ def host_hashes() -> dict[str, str]:
     return found
 
 
-def exec_p50_ms(sandbox: Sandbox, count: int = 15) -> float:
+def exec_p50_ms(sandbox: Container, count: int = 15) -> float:
     """The median time, in milliseconds, of running `true` in a sandbox."""
     times = []
     for _ in range(count):
@@ -109,7 +109,7 @@ def exec_p50_ms(sandbox: Sandbox, count: int = 15) -> float:
     return statistics.median(times)
 
 
-def answers_or_resets(sandbox: Sandbox, runtime: str, may_die: bool) -> str:
+def answers_or_resets(sandbox: Container, runtime: str, may_die: bool) -> str:
     """Checks the attacked sandbox still runs commands, or (where allowed) that reset brings it back.
 
     Returns "alive" or "reset". After a reset the sandbox must be back at its template's files.

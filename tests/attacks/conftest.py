@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.spec import SandboxTemplate
 from tests.attacks.attack_support import (
     BASELINE,
@@ -50,7 +50,7 @@ def runtime_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def box(attack_engine: Engine, runtime_name: str) -> Iterator[Sandbox]:
+def box(attack_engine: Engine, runtime_name: str) -> Iterator[Container]:
     """The attacker's sandbox."""
     with new_sandbox(attack_engine, runtime_name) as sandbox:
         yield sandbox

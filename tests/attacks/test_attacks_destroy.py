@@ -12,7 +12,7 @@ import contextlib
 
 import pytest
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.errors import SandboxNotRunning
 from tests.attacks.attack_support import BASELINE, Host, Neighbour, answers_or_resets
 
@@ -20,10 +20,10 @@ RM_BUDGET = {"runc": 60.0, "runsc": 12.0}
 
 
 @pytest.mark.parametrize("user", [None, "root"], ids=["user", "root"])
-def test_rm_rf_root(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host, runtime_name: str,
+def test_rm_rf_root(attack_engine: Engine, box: Container, neighbour: Neighbour, host: Host, runtime_name: str,
                     user: str | None) -> None:
     """`rm -rf --no-preserve-root /` must only ever empty the sandbox's own upper."""
-    record = attack_engine.store.sandbox(box.id)
+    record = attack_engine.store.container(box.id)
     assert record is not None
     lower_files = [attack_engine.layers.path(layer) / "etc" / "passwd" for layer in record.image.layers
                    if (attack_engine.layers.path(layer) / "etc" / "passwd").is_file()]

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.engine.files import MAX_DEPTH
 from rollbox.errors import InvalidPath, InvalidRequest, RollboxError
 from rollbox.models import FileInfo
@@ -32,7 +32,7 @@ CLIMB = "../" * 24
 
 def _outside(engine: Engine, host: Host, neighbour: Neighbour) -> dict[str, str]:
     """Link targets out of the sandbox: the host directory and the neighbour's home, absolute and relative."""
-    neighbour_home = engine.sandbox_dir / neighbour.sandbox.id / "rootfs" / "home" / "user"
+    neighbour_home = engine.launcher.rootfs(neighbour.sandbox.id) / "home" / "user"
     return {"abs": str(host.directory), "rel": CLIMB + str(host.directory).lstrip("/"),
             "nb": str(neighbour_home), "nbrel": CLIMB + str(neighbour_home).lstrip("/"),
             "absfile": str(host.secret_file), "relfile": CLIMB + str(host.secret_file).lstrip("/")}
@@ -49,11 +49,11 @@ def _attempt(call: object, *args: object) -> object:
 def _check_outside(host: Host, neighbour: Neighbour, engine: Engine) -> None:
     host.check()
     neighbour.check()
-    names = set(os.listdir(engine.sandbox_dir / neighbour.sandbox.id / "rootfs" / "home" / "user"))
+    names = set(os.listdir(engine.launcher.rootfs(neighbour.sandbox.id) / "home" / "user"))
     assert names <= {"canary", ".bashrc", ".profile", ".bash_logout"}, f"files appeared in the neighbour: {names}"
 
 
-def test_dotdot_paths_stay_inside(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host) -> None:
+def test_dotdot_paths_stay_inside(attack_engine: Engine, box: Container, neighbour: Neighbour, host: Host) -> None:
     """Paths that climb with `..` are clamped at the sandbox's root: the host's files are never reached."""
     files = box.files
     secret = CLIMB + str(host.secret_file).lstrip("/")
@@ -73,7 +73,7 @@ def test_dotdot_paths_stay_inside(attack_engine: Engine, box: Sandbox, neighbour
     _check_outside(host, neighbour, attack_engine)
 
 
-def test_symlinks_pointing_out(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host) -> None:
+def test_symlinks_pointing_out(attack_engine: Engine, box: Container, neighbour: Neighbour, host: Host) -> None:
     """Absolute and relative links to host and neighbour paths resolve inside the sandbox, for every call."""
     links = _outside(attack_engine, host, neighbour)
     made = box.exec("; ".join(f"ln -s '{target}' /home/user/{name}" for name, target in links.items()))
@@ -144,7 +144,7 @@ print(swaps)
 EOF"""
 
 
-def test_symlink_swapped_in_mid_call(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host,
+def test_symlink_swapped_in_mid_call(attack_engine: Engine, box: Container, neighbour: Neighbour, host: Host,
                                      runtime_name: str) -> None:
     """While the sandbox swaps directories and links out in a loop, the host reads and writes through them.
 
@@ -215,7 +215,7 @@ def _entry(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.
     return member
 
 
-def test_tar_slip(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host) -> None:
+def test_tar_slip(attack_engine: Engine, box: Container, neighbour: Neighbour, host: Host) -> None:
     """Tar entries with `..`, absolute names, links then writes through them, hard links and devices."""
     outside = _outside(attack_engine, host, neighbour)
     climbing = _tar((_entry(f"{CLIMB}{str(host.directory).lstrip('/')}/slip"), b"pwned"))
@@ -244,27 +244,27 @@ def test_tar_slip(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, hos
     _check_outside(host, neighbour, attack_engine)
 
 
-def test_device_node_in_the_root_filesystem(attack_engine: Engine, box: Sandbox) -> None:
+def test_device_node_in_the_root_filesystem(attack_engine: Engine, box: Container) -> None:
     """A device node in a sandbox's files (as an image layer may carry) must not open through the files API.
 
     The node is planted from the host into the sandbox's upper (no command can make one): the files
     API, running as host root, must not open it, or a node for the host's disk would read the disk.
     """
-    record = attack_engine.store.sandbox(box.id)
+    record = attack_engine.store.container(box.id)
     assert record is not None
     upper, _ = attack_engine.layers.upper_dirs(record.upper)
     (upper / "home" / "user").mkdir(parents=True, exist_ok=True)
     node = upper / "home" / "user" / "null-device"
     os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # /dev/null: harmless if it ever opened
     with contextlib.suppress(OSError):  # the overlay may cache the directory: look it up afresh
-        os.stat(attack_engine.sandbox_dir / box.id / "rootfs" / "home" / "user" / "null-device")
+        os.stat(attack_engine.launcher.rootfs(box.id) / "home" / "user" / "null-device")
     with pytest.raises(RollboxError):
         box.files.read("null-device")
     with tarfile.open(fileobj=io.BytesIO(box.files.download_tar("/home/user"))) as tar:
         assert all(member.name != "null-device" or not member.isfile() for member in tar.getmembers())
 
 
-def test_fifo_does_not_hang_the_host(attack_engine: Engine, box: Sandbox) -> None:
+def test_fifo_does_not_hang_the_host(attack_engine: Engine, box: Container) -> None:
     """A named pipe where the host expects a file must not block the engine's read forever.
 
     Under gVisor the pipe lives in the sentry and the host never sees it; under runc it is a real
@@ -277,7 +277,7 @@ def test_fifo_does_not_hang_the_host(attack_engine: Engine, box: Sandbox) -> Non
     reader.start()
     reader.join(5)
     if reader.is_alive():  # unblock the engine's thread before failing
-        pipe = attack_engine.sandbox_dir / box.id / "rootfs" / "home" / "user" / "pipe"
+        pipe = attack_engine.launcher.rootfs(box.id) / "home" / "user" / "pipe"
         os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
         reader.join(5)
         raise AssertionError("files.read blocked on a FIFO planted by the sandbox")
@@ -299,7 +299,7 @@ print(swaps)
 EOF"""
 
 
-def test_fifo_swapped_in_during_download(box: Sandbox) -> None:
+def test_fifo_swapped_in_during_download(box: Container) -> None:
     """A file swapped for a FIFO between the host's stat and its open must not hang download_tar."""
     seconds = 3.0
     calls: list[object] = []
@@ -372,7 +372,7 @@ print("nested")
 EOF"""
 
 
-def test_directories_nested_deeper_than_the_hosts_stack(box: Sandbox) -> None:
+def test_directories_nested_deeper_than_the_hosts_stack(box: Container) -> None:
     """A sandbox nests directories past Python's recursion limit and PATH_MAX: the host-side walks of
     download_tar and a recursive remove go to MAX_DEPTH levels and refuse a deeper tree with a clear
     error, never a crash of the server's call; the sandbox's own files stay as they were."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.errors import InvalidRequest, SandboxNotRunning
 from tests.attacks.attack_support import Host, Neighbour, answers_or_resets, new_sandbox
 
@@ -26,11 +26,11 @@ USERS = pytest.mark.parametrize("user", [None, "root"], ids=["user", "root"])
 
 
 @USERS
-def test_host_files_are_not_visible(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host,
+def test_host_files_are_not_visible(attack_engine: Engine, box: Container, neighbour: Neighbour, host: Host,
                                     user: str | None) -> None:
     """Host secrets: /etc/shadow, /root, the host's /etc, pyenv, the engine's data and socket directories."""
     engine_paths = [attack_engine.data_dir, attack_engine.data_dir / "state.db", attack_engine.run_dir,
-                    attack_engine.sandbox_dir / neighbour.sandbox.id / "rootfs", attack_engine.agent,
+                    attack_engine.launcher.rootfs(neighbour.sandbox.id), attack_engine.launcher.agent,
                     attack_engine.run_dir / box.id / "agent.sock", Path(sys.prefix), Path(sys.executable)]
     paths = [host.secret_file, host.root_canary, Path("/root/.pyenv"), Path("/work"), Path("/etc/fstab"),
              *engine_paths]
@@ -98,7 +98,7 @@ def test_host_environment_is_not_visible(attack_engine: Engine, runtime_name: st
 
 
 @USERS
-def test_host_processes_are_not_visible(box: Sandbox, neighbour: Neighbour, user: str | None) -> None:
+def test_host_processes_are_not_visible(box: Container, neighbour: Neighbour, user: str | None) -> None:
     """The sandbox's ps must show its agent and its own commands, nothing of the host or the neighbour."""
     marker = f"rollbox-attack-{secrets.token_hex(6)}"
     victim = subprocess.Popen(["bash", "-c", f"exec -a {marker} sleep 600"])
@@ -115,7 +115,7 @@ def test_host_processes_are_not_visible(box: Sandbox, neighbour: Neighbour, user
 
 
 @USERS
-def test_host_ipc_is_not_visible(box: Sandbox, user: str | None) -> None:
+def test_host_ipc_is_not_visible(box: Container, user: str | None) -> None:
     """The host's System V shared memory and POSIX shared memory (/dev/shm) stay out of the sandbox."""
     name = f"rollbox-attack-{secrets.token_hex(6)}"
     shm = Path("/dev/shm") / name
@@ -132,7 +132,7 @@ def test_host_ipc_is_not_visible(box: Sandbox, user: str | None) -> None:
 
 
 @USERS
-def test_host_processes_cannot_be_signalled_or_traced(box: Sandbox, neighbour: Neighbour, host: Host,
+def test_host_processes_cannot_be_signalled_or_traced(box: Container, neighbour: Neighbour, host: Host,
                                                       runtime_name: str, user: str | None) -> None:
     """kill -9 of host pids by number (and of everything), and ptrace attach, must leave host processes alone."""
     # Run the victim as uid 1000 too: the same uid as the sandbox's user, so only namespaces protect it.
@@ -170,7 +170,7 @@ def _tracer(pid: int) -> int:
 
 
 @USERS
-def test_agent_socket_cannot_be_reached_or_replaced(attack_engine: Engine, box: Sandbox, runtime_name: str,
+def test_agent_socket_cannot_be_reached_or_replaced(attack_engine: Engine, box: Container, runtime_name: str,
                                                     user: str | None) -> None:
     """The engine's channel to the agent: no command may connect to it, replace it or write beside it.
 
@@ -215,7 +215,7 @@ EOF"""
         box.reset()
 
 
-def test_account_lookup_does_not_follow_links_out(box: Sandbox) -> None:
+def test_account_lookup_does_not_follow_links_out(box: Container) -> None:
     """exec(user=NAME) looks NAME up in the sandbox's /etc/passwd: root inside must not point that at the host's.
 
     The lookup runs on the host over the sandbox's layers, and `etc` in the upper can be a link

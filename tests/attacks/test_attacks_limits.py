@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.errors import SandboxNotRunning, TooLarge
 from rollbox.models import ExecResult
 from tests.attacks.attack_support import (
@@ -41,7 +41,7 @@ CPU_WINDOW = 1.5
 """Seconds over which a CPU hog's use is averaged: fifteen of the CFS quota's 100 ms periods."""
 
 
-def _run_quietly(sandbox: Sandbox, command: str, timeout: float, **options: object) -> ExecResult | None:
+def _run_quietly(sandbox: Container, command: str, timeout: float, **options: object) -> ExecResult | None:
     """Runs an attack; None when it took the whole sandbox down with it."""
     try:
         return sandbox.exec(command, timeout=timeout, **options)  # type: ignore[arg-type]
@@ -49,7 +49,7 @@ def _run_quietly(sandbox: Sandbox, command: str, timeout: float, **options: obje
         return None
 
 
-def test_fork_bomb(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host,
+def test_fork_bomb(attack_engine: Engine, box: Container, neighbour: Neighbour, host: Host,
                    runtime_name: str) -> None:
     """A shell fork bomb must stop at the pids limit; the neighbour stays fast and the host can still fork."""
     assert int(cgroup_value(attack_engine, box, "pids", "pids.max")) == HOST_PIDS[runtime_name]
@@ -72,7 +72,7 @@ def test_fork_bomb(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, ho
     assert answers_or_resets(box, runtime_name, may_die=DIES_ON_LIMIT[runtime_name])
 
 
-def _read_int(engine: Engine, sandbox: Sandbox, controller: str, name: str) -> int:
+def _read_int(engine: Engine, sandbox: Container, controller: str, name: str) -> int:
     """The last number in a cgroup file; 0 once the runtime removed the cgroup (a dead gVisor sandbox)."""
     try:
         return int(cgroup_value(engine, sandbox, controller, name).split()[-1])
@@ -90,7 +90,7 @@ def _assert_fast(during: float, baseline: float, runtime: str) -> None:
     assert during < bound, f"neighbour p50 {during:.1f} ms under attack (before: {baseline:.1f} ms)"
 
 
-def test_memory_bomb(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host,
+def test_memory_bomb(attack_engine: Engine, box: Container, neighbour: Neighbour, host: Host,
                      runtime_name: str) -> None:
     """Allocating without end must stop at the memory limit and kill only the allocating process (runc)."""
     limit = int(cgroup_value(attack_engine, box, "memory", "memory.limit_in_bytes"))
@@ -110,7 +110,7 @@ def test_memory_bomb(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, 
     assert answers_or_resets(box, runtime_name, may_die=DIES_ON_LIMIT[runtime_name])
 
 
-def test_disk_fill(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host,
+def test_disk_fill(attack_engine: Engine, box: Container, neighbour: Neighbour, host: Host,
                    runtime_name: str) -> None:
     """Writing without end must fail with ENOSPC at the upper's size; the host's disk gets nothing."""
     free_before = host_free_bytes("/")
@@ -127,7 +127,7 @@ def test_disk_fill(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, ho
     assert sorted(os.listdir(run_dir)) == ["agent.sock"], "the sandbox wrote into the host's run directory"
     # The agent's own stdout and stderr go to a log file on the host's disk: out of reach too.
     box.exec("for fd in 0 1 2; do dd if=/dev/zero of=/proc/1/fd/$fd bs=1M count=64; done", user="root")
-    logs = attack_engine.sandbox_dir / box.id
+    logs = attack_engine.launcher.bundle_dir / box.id
     assert all(log.stat().st_size < 2**20 for log in logs.glob("*.log")), "the sandbox wrote into the host's logs"
     assert host_free_bytes("/") > free_before - 2**30, "the host's disk filled up"
     with pytest.raises(TooLarge):
@@ -144,7 +144,7 @@ def test_disk_fill(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, ho
 
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
-def test_output_flood(box: Sandbox, neighbour: Neighbour, host: Host, runtime_name: str, stream: str) -> None:
+def test_output_flood(box: Container, neighbour: Neighbour, host: Host, runtime_name: str, stream: str) -> None:
     """A flood of output must be cut at the output cap and flagged, without the engine buffering it."""
     size = (256 if runtime_name == "runc" else 64) * 2**20  # gVisor's pipes are slower
     redirect = ">&2" if stream == "stderr" else ""
@@ -185,7 +185,7 @@ for i in $(seq 100); do test -s /tmp/inotify.out && break; sleep 0.1; done; cat 
 INOTIFY_PROBE = "python3 -c 'import ctypes; print(ctypes.CDLL(None).inotify_init() >= 0)'"
 
 
-def test_inotify_exhaustion(box: Sandbox, neighbour: Neighbour, runtime_name: str,
+def test_inotify_exhaustion(box: Container, neighbour: Neighbour, runtime_name: str,
                             request: pytest.FixtureRequest) -> None:
     """Taking every inotify instance must not starve the neighbour (file watchers, `tail -f`).
 
@@ -204,7 +204,7 @@ def test_inotify_exhaustion(box: Sandbox, neighbour: Neighbour, runtime_name: st
         box.exec("pkill -f inotify_init; true")
 
 
-def test_cpu_hog(attack_engine: Engine, box: Sandbox, neighbour: Neighbour, host: Host, runtime_name: str) -> None:
+def test_cpu_hog(attack_engine: Engine, box: Container, neighbour: Neighbour, host: Host, runtime_name: str) -> None:
     """Four busy loops must get at most their one core and leave the neighbour's commands fast."""
     assert cgroup_value(attack_engine, box, "cpu", "cpu.cfs_quota_us") == str(int(LIMITS.cpu * 100_000))
     baseline = neighbour.exec_p50_ms()
@@ -241,6 +241,6 @@ def test_cpu_quota_throttles(attack_engine: Engine, runtime_name: str) -> None:
         assert cores < 0.2 * 1.3, f"the hog used {cores:.2f} cores with a quota of 0.2"
 
 
-def _cpu_stat(engine: Engine, sandbox: Sandbox) -> dict[str, int]:
+def _cpu_stat(engine: Engine, sandbox: Container) -> dict[str, int]:
     text = cgroup_value(engine, sandbox, "cpu", "cpu.stat")
     return {key: int(value) for key, value in (line.split() for line in text.splitlines())}

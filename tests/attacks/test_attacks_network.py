@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rollbox.engine import Sandbox
+from rollbox.engine import Container
 from tests.attacks.attack_support import Neighbour
 
 
@@ -125,7 +125,7 @@ EOF"""
 
 
 @pytest.mark.parametrize("user", [None, "root"], ids=["user", "root"])
-def test_host_loopback_services_are_unreachable(box: Sandbox, host_services: HostServices,
+def test_host_loopback_services_are_unreachable(box: Container, host_services: HostServices,
                                                 user: str | None) -> None:
     """TCP (v4, v6), UDP and DNS on the host's 127.0.0.1, abstract and path unix sockets: none reachable."""
     # First show the listeners work, from the host itself.
@@ -156,7 +156,7 @@ def _wait_for(condition: object, timeout: float = 5.0) -> None:
     raise AssertionError("the host's own listeners did not answer the host")
 
 
-def test_no_route_off_the_sandbox(box: Sandbox) -> None:
+def test_no_route_off_the_sandbox(box: Container) -> None:
     """Only `lo` exists and no route leads anywhere else: egress over TCP, UDP or DNS has nowhere to go."""
     result = box.exec("ls /sys/class/net; tail -n +2 /proc/net/route; getent hosts pypi.org || echo 'no dns'")
     assert result.stdout == "lo\nno dns\n", result
@@ -176,7 +176,7 @@ EOF"""
     assert "ROUTED" not in routes and routes.count("errno") == 3, routes
 
 
-def test_loopback_inside_works_across_commands(box: Sandbox, neighbour: Neighbour) -> None:
+def test_loopback_inside_works_across_commands(box: Container, neighbour: Neighbour) -> None:
     """A server started by one command answers the next over the sandbox's own loopback, and only there."""
     with socket.socket() as free:  # a port nothing on the host listens on
         free.bind(("127.0.0.1", 0))

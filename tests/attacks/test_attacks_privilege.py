@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from tests.attacks.attack_support import Host, Neighbour
 from tests.support.engines import cgroup_value
 
@@ -78,7 +78,7 @@ EXPECTED_DENIED = ["unshare-user", "unshare-mount", "unshare-net", "unshare-pid"
 
 @ISOLATION
 @USERS
-def test_privileged_syscalls_fail(box: Sandbox, neighbour: Neighbour, host: Host, user: str | None,
+def test_privileged_syscalls_fail(box: Container, neighbour: Neighbour, host: Host, user: str | None,
                                   runtime_name: str, isolated: bool) -> None:
     """New namespaces (user namespaces above all), mounts, modules, kexec, bpf and the rest: every one fails."""
     mode = isolation(runtime_name, isolated)
@@ -124,7 +124,7 @@ gcc -O1 -o /tmp/legacy /tmp/legacy.c && /tmp/legacy"""
 
 @ISOLATION
 @USERS
-def test_legacy_syscall_entry_points_are_filtered(box: Sandbox, user: str | None, runtime_name: str,
+def test_legacy_syscall_entry_points_are_filtered(box: Container, user: str | None, runtime_name: str,
                                                   isolated: bool) -> None:
     """unshare(CLONE_NEWUSER) and mount through the i386 (int 0x80) and x32 ABIs must fail like the 64-bit ones."""
     result = box.exec(I386_AND_X32.replace("/tmp/legacy", f"/tmp/legacy-{user}"), user=user, timeout=120,
@@ -135,7 +135,7 @@ def test_legacy_syscall_entry_points_are_filtered(box: Sandbox, user: str | None
 
 
 @USERS
-def test_raw_sockets_fail(box: Sandbox, user: str | None) -> None:
+def test_raw_sockets_fail(box: Container, user: str | None) -> None:
     """Packet and raw IP sockets (sniffing, spoofing) need CAP_NET_RAW, which no command has."""
     probe = """python3 - <<'EOF'
 import socket
@@ -155,7 +155,7 @@ EOF"""
 
 
 @USERS
-def test_device_nodes(attack_engine: Engine, box: Sandbox, runtime_name: str, user: str | None) -> None:
+def test_device_nodes(attack_engine: Engine, box: Container, runtime_name: str, user: str | None) -> None:
     """No device node can be made, the host's disk and memory devices are absent, the devices cgroup denies all."""
     disk = os.stat("/").st_dev
     major, minor = os.major(disk), os.minor(disk)
@@ -201,7 +201,7 @@ for program in /usr/bin/su /usr/bin/passwd /usr/bin/mount /usr/bin/umount /usr/b
 done"""
 
 
-def test_setuid_programs_grant_nothing(box: Sandbox) -> None:
+def test_setuid_programs_grant_nothing(box: Container) -> None:
     """The host's setuid-root programs (su, passwd, mount...) run with the caller's uid, not root's."""
     result = box.exec(SETUID_PROBE, timeout=120)
     lines = result.stdout.splitlines()
@@ -211,7 +211,7 @@ def test_setuid_programs_grant_nothing(box: Sandbox) -> None:
     assert "rc=0" not in su.stdout and not su.stdout.startswith("0"), su
 
 
-def test_setuid_copy_grants_nothing_inside_or_on_the_host(attack_engine: Engine, box: Sandbox, host: Host,
+def test_setuid_copy_grants_nothing_inside_or_on_the_host(attack_engine: Engine, box: Container, host: Host,
                                                          runtime_name: str) -> None:
     """Root inside makes a setuid-root copy of `id`: it must grant root neither inside nor on the host.
 
@@ -226,7 +226,7 @@ def test_setuid_copy_grants_nothing_inside_or_on_the_host(attack_engine: Engine,
     setcap = box.exec("python3 -c \"import os; os.setxattr('/tmp/rootid', 'security.capability', "
                       "bytes.fromhex('0000000200000000ffffffff0000000000000000'))\"", user="root")
     assert setcap.exit_code != 0, setcap
-    copy = attack_engine.sandbox_dir / box.id / "rootfs" / "tmp" / "rootid"
+    copy = attack_engine.launcher.rootfs(box.id) / "tmp" / "rootid"
     assert copy.stat().st_mode & 0o6000 == 0o6000 and copy.stat().st_uid == 0
     fd = os.open(copy, os.O_PATH)
     try:
@@ -243,7 +243,7 @@ def test_setuid_copy_grants_nothing_inside_or_on_the_host(attack_engine: Engine,
 
 
 @pytest.mark.parametrize("user", [None, "root"], ids=["user", "root"])
-def test_kernel_tunables_and_cgroups_are_read_only(attack_engine: Engine, box: Sandbox, neighbour: Neighbour,
+def test_kernel_tunables_and_cgroups_are_read_only(attack_engine: Engine, box: Container, neighbour: Neighbour,
                                                    host: Host, runtime_name: str, user: str | None) -> None:
     """Writes to /proc/sys, /proc/sysrq-trigger, /sys and the sandbox's own cgroup limits must all fail."""
     limits = {(controller, name): cgroup_value(attack_engine, box, controller, name)
@@ -273,8 +273,8 @@ def test_kernel_tunables_and_cgroups_are_read_only(attack_engine: Engine, box: S
     assert box.exec("echo alive").stdout == "alive\n"
 
 
-def test_host_side_root_filesystem_is_nosuid_nodev(attack_engine: Engine, box: Sandbox) -> None:
+def test_host_side_root_filesystem_is_nosuid_nodev(attack_engine: Engine, box: Container) -> None:
     """From the host, the sandbox's root filesystem must not honour setuid bits or device nodes."""
-    flags = os.statvfs(attack_engine.sandbox_dir / box.id / "rootfs").f_flag
+    flags = os.statvfs(attack_engine.launcher.rootfs(box.id)).f_flag
     assert flags & os.ST_NOSUID and flags & os.ST_NODEV
-    assert Path(attack_engine.sandbox_dir / box.id / "rootfs" / "etc" / "passwd").is_file()
+    assert Path(attack_engine.launcher.rootfs(box.id) / "etc" / "passwd").is_file()

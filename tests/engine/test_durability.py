@@ -54,7 +54,7 @@ def footprint(engine: Engine) -> dict[str, object]:
         "cgroups": sorted(f"{d.parent.parent.name}/{p.name}" for d in cgroup_dirs if d.exists()
                           for p in d.iterdir() if p.is_dir()),
         "containers": sorted(c for name in ("runc",) for c in engine.runtime(name).list()),
-        "sandbox_dirs": sorted(p.name for p in engine.sandbox_dir.iterdir()),
+        "bundle_dirs": sorted(p.name for p in engine.launcher.bundle_dir.iterdir()),
         "run_dirs": sorted(p.name for p in engine.run_dir.iterdir()),
         "uppers": sorted(p for p in engine.layers.all_ids() if p.startswith("u-")),
     }

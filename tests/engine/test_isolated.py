@@ -12,18 +12,18 @@ import time
 
 import pytest
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.errors import InvalidRequest
 from tests.support.engines import template_for
 
 
 @pytest.fixture
-def box(engine: Engine) -> Sandbox:
+def box(engine: Engine) -> Container:
     with engine.create(template_for("runc")) as sandbox:
         yield sandbox
 
 
-def test_sees_the_sandbox_and_its_writes_vanish(box: Sandbox) -> None:
+def test_sees_the_sandbox_and_its_writes_vanish(box: Container) -> None:
     box.exec("echo mine > /tmp/state; echo edited > ~/notes")
     result = box.exec("cat /tmp/state ~/notes /opt/data/file; echo new > /tmp/new; echo over > ~/notes; "
                       "rm /tmp/state; mkdir ~/made; cat ~/notes", isolated=True)
@@ -33,7 +33,7 @@ def test_sees_the_sandbox_and_its_writes_vanish(box: Sandbox) -> None:
     assert box.exec("cat /tmp/new", isolated=True).exit_code == 1, "one isolated command saw another's file"
 
 
-def test_runs_as_the_sandbox_user_with_nothing_more(box: Sandbox) -> None:
+def test_runs_as_the_sandbox_user_with_nothing_more(box: Container) -> None:
     result = box.exec("id -u; id -g; stat -c '%U %G' /etc/passwd ~; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status",
                       isolated=True)
     assert result.stdout.split("\n")[:4] == ["1000", "1000", "root root", "user user"], result
@@ -41,7 +41,7 @@ def test_runs_as_the_sandbox_user_with_nothing_more(box: Sandbox) -> None:
     assert box.exec("id -u", isolated=True, user="root").stdout == "0\n"
 
 
-def test_exit_status_signals_output_and_stdin(box: Sandbox) -> None:
+def test_exit_status_signals_output_and_stdin(box: Container) -> None:
     assert box.exec("exit 3", isolated=True).exit_code == 3
     killed = box.exec("kill -TERM $$", isolated=True)
     assert (killed.exit_code, killed.signal) == (143, 15), killed
@@ -53,7 +53,7 @@ def test_exit_status_signals_output_and_stdin(box: Sandbox) -> None:
     assert len(capped.stdout) == 1000 and capped.stdout_truncated
 
 
-def test_processes_end_with_the_command_and_cannot_reach_out(box: Sandbox) -> None:
+def test_processes_end_with_the_command_and_cannot_reach_out(box: Container) -> None:
     box.exec("sleep 300 > /dev/null 2>&1 &")
     outside = box.exec("pgrep -x sleep").stdout.split()
     assert len(outside) == 1
@@ -70,13 +70,13 @@ def test_processes_end_with_the_command_and_cannot_reach_out(box: Sandbox) -> No
     assert "301" not in box.exec("ps -eo args").stdout
 
 
-def test_timeout_kills_the_isolated_tree(box: Sandbox) -> None:
+def test_timeout_kills_the_isolated_tree(box: Container) -> None:
     result = box.exec("sleep 302 & sleep 303", isolated=True, timeout=0.5)
     assert result.timed_out and result.exit_code is None
     assert "30" not in box.exec("ps -eo args | grep 'sleep 30'| grep -v grep").stdout
 
 
-def test_concurrent_isolated_commands_are_apart(box: Sandbox) -> None:
+def test_concurrent_isolated_commands_are_apart(box: Container) -> None:
     """Two isolated commands at once: neither sees the other's files, shared memory or loopback server."""
     results: dict[str, object] = {}
 
@@ -97,14 +97,14 @@ def test_concurrent_isolated_commands_are_apart(box: Sandbox) -> None:
     assert "second-" not in str(results["first"]) and str(results["first"]).count("No such file") == 2, results
 
 
-def test_network_is_loopback_only(box: Sandbox) -> None:
+def test_network_is_loopback_only(box: Container) -> None:
     result = box.exec("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; "
                       "python3 -c \"import socket; s = socket.socket(); s.settimeout(2); "
                       "s.connect(('10.0.0.1', 80))\" 2>&1 | tail -1", isolated=True, timeout=30)
     assert result.stdout.splitlines()[0] == "lo" and "unreachable" in result.stdout, result
 
 
-def test_isolated_commands_cannot_make_namespaces_or_mounts(box: Sandbox) -> None:
+def test_isolated_commands_cannot_make_namespaces_or_mounts(box: Container) -> None:
     """The agent needs unshare and mount to isolate; the filter it puts on every command takes them away."""
     for user in (None, "root"):
         tools = box.exec("unshare -Ur true; unshare -m true; mount -t tmpfs none /mnt; umount -l /proc; "

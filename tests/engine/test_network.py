@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from rollbox.engine import Engine, Sandbox, network
+from rollbox.engine import Container, Engine, network
 from rollbox.errors import CapacityExceeded, InvalidRequest, InvalidResource
 from rollbox.spec import Egress, Network, SandboxTemplate, parse_resource
 from tests.support.engines import make_engine, teardown_engine, template_for
@@ -165,7 +165,7 @@ def footprint(engine_id: str) -> dict[str, int]:
     return {"netns": netns, "veths": veths, "nft": nft}
 
 
-def probe(box: Sandbox, *targets: tuple[str, str, int], user: str | None = None) -> list[str]:
+def probe(box: Container, *targets: tuple[str, str, int], user: str | None = None) -> list[str]:
     """Runs the probes inside the sandbox: each gives what the peer answered, or the errno name."""
     result = box.exec(["python3", "-c", PROBE, json.dumps(targets)], timeout=60, user=user)
     assert result.exit_code == 0, result.stderr
@@ -360,7 +360,7 @@ def test_recover_removes_this_engines_leftovers_and_no_other(engine: Engine, rem
         mine = engine.create(allowlist)
         their_lease, my_lease = other.networks.lease(theirs.id), engine.networks.lease(mine.id)
         assert their_lease and my_lease and their_lease.sandbox_ip != my_lease.sandbox_ip
-        engine.store.delete_sandbox(mine.id)  # the engine forgot it, the machine did not
+        engine.store.delete_container(mine.id)  # the engine forgot it, the machine did not
         engine.recover()
         assert footprint(engine.id) == before
         assert other.networks.lease(theirs.id) == their_lease

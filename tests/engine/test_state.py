@@ -1,4 +1,4 @@
-"""State operations: reset, fork, snapshot, pause/resume, lifetime."""
+"""State operations: reset, fork, snapshot, pause/resume, shutdown_after."""
 
 from __future__ import annotations
 
@@ -8,21 +8,21 @@ import time
 
 import pytest
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.engine.engine import FORK_COPY_BYTES
 from rollbox.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning, SnapshotNotFound
 from rollbox.spec import Limits
 from tests.support.engines import template_for
 
 
-def test_reset_returns_to_the_template_baseline(sandbox: Sandbox) -> None:
+def test_reset_returns_to_the_template_baseline(sandbox: Container) -> None:
     sandbox.exec("echo dirty > /opt/data/file; rm -rf /home/user; touch /tmp/new; sleep 300 &")
     sandbox.reset()
     result = sandbox.exec("cat /opt/data/file; ls -d /home/user; ls /tmp; pgrep sleep || echo no-sleep")
     assert result.stdout == "baseline\n/home/user\nno-sleep\n"
 
 
-def test_fork_children_start_from_parent_files_and_are_isolated(engine: Engine, sandbox: Sandbox) -> None:
+def test_fork_children_start_from_parent_files_and_are_isolated(engine: Engine, sandbox: Container) -> None:
     sandbox.exec("echo parent-state > state.txt; head -c 1048576 /dev/urandom > blob")
     checksum = sandbox.exec("md5sum blob").stdout
     children = sandbox.fork(3)
@@ -44,7 +44,7 @@ def test_fork_children_start_from_parent_files_and_are_isolated(engine: Engine, 
             child.delete()
 
 
-def test_a_fork_of_a_small_parent_keeps_it_running(sandbox: Sandbox) -> None:
+def test_a_fork_of_a_small_parent_keeps_it_running(sandbox: Container) -> None:
     """Its files are copied, not frozen in place: the parent's processes carry on; the children's start afresh,
     and whiteouts (a deleted file of the template) and opaque directories (a replaced one) carry over."""
     sandbox.exec("sleep 300 > /dev/null 2>&1 &")
@@ -60,7 +60,7 @@ def test_a_fork_of_a_small_parent_keeps_it_running(sandbox: Sandbox) -> None:
         child.delete()
 
 
-def test_repeated_forks_stack_layers_and_clean_up(engine: Engine, sandbox: Sandbox) -> None:
+def test_repeated_forks_stack_layers_and_clean_up(engine: Engine, sandbox: Container) -> None:
     """Parents past FORK_COPY_BYTES freeze their upper in place: layers stack, and go when nothing uses them."""
     for generation in range(5):
         sandbox.exec(f"echo {generation} > gen{generation}; head -c {FORK_COPY_BYTES + 2**20} /dev/zero > big")
@@ -73,12 +73,12 @@ def test_repeated_forks_stack_layers_and_clean_up(engine: Engine, sandbox: Sandb
     assert len(before - after) >= 6, "the frozen uppers of a deleted sandbox must go with it"
 
 
-def test_fork_count_is_bounded(sandbox: Sandbox) -> None:
+def test_fork_count_is_bounded(sandbox: Container) -> None:
     with pytest.raises(InvalidRequest):
         sandbox.fork(0)
 
 
-def test_snapshot_is_a_start_point_for_new_sandboxes(engine: Engine, sandbox: Sandbox) -> None:
+def test_snapshot_is_a_start_point_for_new_sandboxes(engine: Engine, sandbox: Container) -> None:
     sandbox.exec("echo saved > note.txt")
     info = sandbox.snapshot("after-note")
     assert info.source == sandbox.id
@@ -94,7 +94,7 @@ def test_snapshot_is_a_start_point_for_new_sandboxes(engine: Engine, sandbox: Sa
         engine.create(snapshot="after-note")
 
 
-def test_pause_stops_cpu_and_keeps_state(engine: Engine, sandbox: Sandbox) -> None:
+def test_pause_stops_cpu_and_keeps_state(engine: Engine, sandbox: Container) -> None:
     sandbox.exec("echo kept > kept.txt; (while :; do :; done) &")
     sandbox.pause()
     try:
@@ -111,8 +111,8 @@ def test_pause_stops_cpu_and_keeps_state(engine: Engine, sandbox: Sandbox) -> No
     assert sandbox.stats().cpu_seconds - used > 0.05, "the busy loop runs again after resume"
 
 
-def test_lifetime_deletes_the_sandbox(engine: Engine) -> None:
-    box = engine.create("basic", limits=Limits(lifetime=1))
+def test_shutdown_after_deletes_the_container(engine: Engine) -> None:
+    box = engine.create("basic", limits=Limits(shutdown_after=1))
     assert box.exec("true").exit_code == 0
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -121,10 +121,10 @@ def test_lifetime_deletes_the_sandbox(engine: Engine) -> None:
         except SandboxNotFound:
             return
         time.sleep(0.2)
-    pytest.fail("the sandbox outlived its lifetime")
+    pytest.fail("the sandbox outlived its shutdown_after")
 
 
-def test_stats(sandbox: Sandbox) -> None:
+def test_stats(sandbox: Container) -> None:
     sandbox.exec("head -c 5000000 /dev/zero > zeros")
     stats = sandbox.stats()
     assert stats.disk_bytes >= 5_000_000 and stats.memory_bytes > 0 and stats.pids >= 1

@@ -6,7 +6,7 @@ import os
 import secrets
 from pathlib import Path
 
-from rollbox.engine import Engine, Sandbox
+from rollbox.engine import Container, Engine
 from rollbox.engine.engine import RUN_ROOT
 
 BASIC = {"metadata": {"name": "basic"},
@@ -36,11 +36,11 @@ _V2_NAMES = {"memory.limit_in_bytes": "memory.max", "memory.max_usage_in_bytes":
              "memory.failcnt": "memory.events"}
 
 
-def cgroup_value(engine: Engine, sandbox: Sandbox, controller: str, name: str) -> str:
+def cgroup_value(engine: Engine, sandbox: Container, controller: str, name: str) -> str:
     """One file of the sandbox's cgroup on the host (v1 names; mapped to v2 where the host has v2)."""
-    record = engine.store.sandbox(sandbox.id)
+    record = engine.store.container(sandbox.id)
     assert record is not None
-    relative = engine.cgroups.path_for(record.container_id).lstrip("/")
+    relative = engine.cgroups.path_for(record.oci_id).lstrip("/")
     if engine.cgroups.v2:
         return (Path("/sys/fs/cgroup") / relative / _V2_NAMES.get(name, name)).read_text().strip()
     return (Path("/sys/fs/cgroup") / controller / relative / name).read_text().strip()

@@ -1,5 +1,6 @@
-"""One sandbox at a time: rootfs layers, the OCI runtime, the exec agent, files, limits, state."""
+"""One machine's containers: rootfs layers, the OCI runtime, the exec agent, files, limits, state."""
 
-from rollbox.engine.engine import DEFAULT_DATA_DIR, Engine, Sandbox
+from rollbox.engine.container import Container, ContainerInfo
+from rollbox.engine.engine import DEFAULT_DATA_DIR, Engine
 
-__all__ = ["DEFAULT_DATA_DIR", "Engine", "Sandbox"]
+__all__ = ["DEFAULT_DATA_DIR", "Container", "ContainerInfo", "Engine"]

@@ -1,7 +1,8 @@
-"""Talks to a sandbox's exec agent over its unix socket: one connection per command.
+"""Talks to a container's exec agent over its unix socket: one connection per command.
 
 The wire format is described at the top of `agent/agent.c`. A blocking client serves the engine's
-own calls; an asyncio twin serves the server, which streams output while the command runs.
+own calls; an asyncio one serves the server, which streams output while the command runs. Both give
+up on an agent by the same timeouts (`CONNECT_TIMEOUT`, `AgentRequest.answer_timeout`).
 """
 
 from __future__ import annotations
@@ -18,22 +19,34 @@ from rollbox.models import ExecResult
 
 OutputCallback = Callable[[str], None]
 _HEADER = struct.Struct(">cI")
-_CONNECT_TIMEOUT = 5.0
+CONNECT_TIMEOUT = 5.0
+"""Seconds to reach an agent before it counts as lost."""
+ANSWER_GRACE = 30.0
+"""Seconds past a command's timeout after which its agent counts as lost. The agent enforces the timeout
+itself; this only guards against an agent that stopped answering."""
 
 
 @dataclass
-class ExecRequest:
-    argv: Sequence[str]
+class AgentRequest:
+    """One command as the agent takes it: the fields of the wire `ExecRequest`, resolved for the container
+    (an argv, the full environment, a numeric user, the output limit in force)."""
+
+    command: Sequence[str]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     user: tuple[int, int, tuple[int, ...]] | None = None
     timeout: float | None = None
-    output_cap: int = 1 << 20
+    output_limit: int = 1 << 20
     stdin: bytes | None = None
     isolated: bool = False
 
+    @property
+    def answer_timeout(self) -> float | None:
+        """Seconds to wait for the agent's answer; None (no limit) for a command without a timeout."""
+        return None if self.timeout is None else self.timeout + ANSWER_GRACE
+
     def encode(self) -> bytes:
-        frames = [_frame(b"a", arg.encode()) for arg in self.argv]
+        frames = [_frame(b"a", arg.encode()) for arg in self.command]
         frames += [_frame(b"e", f"{key}={value}".encode()) for key, value in self.env.items()]
         if self.cwd:
             frames.append(_frame(b"d", self.cwd.encode()))
@@ -42,7 +55,7 @@ class ExecRequest:
             frames.append(_frame(b"u", " ".join(str(n) for n in (uid, gid, *groups)).encode()))
         if self.timeout:
             frames.append(_frame(b"t", str(max(1, int(self.timeout * 1000))).encode()))
-        frames.append(_frame(b"l", str(self.output_cap).encode()))
+        frames.append(_frame(b"l", str(self.output_limit).encode()))
         if self.stdin:
             frames.append(_frame(b"i", self.stdin))
         frames.append(_frame(b"c", b""))
@@ -86,26 +99,26 @@ class _Collector:
             )
 
 
-def _lost(sandbox_id: str) -> SandboxNotRunning:
+def _lost(container_id: str) -> SandboxNotRunning:
     return SandboxNotRunning(
-        f"sandbox {sandbox_id}: its agent stopped answering (the sandbox was deleted, paused or "
-        "killed); create a new sandbox or reset this one"
+        f"container {container_id}: its agent stopped answering (the container was deleted, paused or "
+        "killed); start a new one or reset this one"
     )
 
 
 class AgentClient:
-    def __init__(self, socket_path: str, sandbox_id: str) -> None:
+    def __init__(self, socket_path: str, container_id: str) -> None:
         self.socket_path = socket_path
-        self.sandbox_id = sandbox_id
+        self.container_id = container_id
 
-    def _connect(self, timeout: float | None = _CONNECT_TIMEOUT) -> socket.socket:
+    def _connect(self, timeout: float | None = CONNECT_TIMEOUT) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(timeout)
         try:
             sock.connect(self.socket_path)
         except OSError:
             sock.close()
-            raise _lost(self.sandbox_id) from None
+            raise _lost(self.container_id) from None
         return sock
 
     def ping(self, timeout: float = 2.0) -> bool:
@@ -125,19 +138,19 @@ class AgentClient:
         delay = 0.0005
         while not self.ping():
             if time.monotonic() > deadline:
-                raise _lost(self.sandbox_id)
+                raise _lost(self.container_id)
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
 
     def run(
         self,
-        request: ExecRequest,
+        request: AgentRequest,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
         collector = _Collector(on_stdout, on_stderr)
-        # The agent enforces the command's timeout; the socket only guards against a lost agent.
-        sock = self._connect(None if request.timeout is None else request.timeout + 30)
+        sock = self._connect()
+        sock.settimeout(request.answer_timeout)
         with sock:
             try:
                 sock.sendall(request.encode())
@@ -145,28 +158,30 @@ class AgentClient:
                     kind, length = _HEADER.unpack(_recv_exact(sock, 5))
                     collector.feed(kind, _recv_exact(sock, length) if length else b"")
             except (OSError, EOFError):
-                raise _lost(self.sandbox_id) from None
+                raise _lost(self.container_id) from None
         return collector.result
 
     async def run_async(
         self,
-        request: ExecRequest,
+        request: AgentRequest,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
         collector = _Collector(on_stdout, on_stderr)
         try:
-            reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
-        except OSError:
-            raise _lost(self.sandbox_id) from None
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
+        except (OSError, TimeoutError):
+            raise _lost(self.container_id) from None
         try:
-            writer.write(request.encode())
-            await writer.drain()
-            while collector.result is None:
-                kind, length = _HEADER.unpack(await reader.readexactly(5))
-                collector.feed(kind, await reader.readexactly(length) if length else b"")
-        except (OSError, asyncio.IncompleteReadError):
-            raise _lost(self.sandbox_id) from None
+            async with asyncio.timeout(request.answer_timeout):
+                writer.write(request.encode())
+                await writer.drain()
+                while collector.result is None:
+                    kind, length = _HEADER.unpack(await reader.readexactly(5))
+                    collector.feed(kind, await reader.readexactly(length) if length else b"")
+        except (OSError, asyncio.IncompleteReadError, TimeoutError):
+            raise _lost(self.container_id) from None
         finally:
             writer.close()
         return collector.result

@@ -46,6 +46,7 @@ class Lease:
     """One sandbox's network as it was set up: enough to remove it or to rebuild its rules."""
 
     sandbox_id: str
+    """The container's id (the lease file's keys outlive the engine, so they keep their first names)."""
     netns: str
     host_if: str
     host_ip: str
@@ -72,29 +73,29 @@ class Networks:
 
     # -- the sandbox's view -----------------------------------------------------------------
 
-    def ensure(self, sandbox_id: str, policy: Network) -> Path | None:
+    def ensure(self, container_id: str, policy: Network) -> Path | None:
         """The network namespace the sandbox's container joins, made on first use; None for `mode: none`."""
-        lease = self.lease(sandbox_id)
+        lease = self.lease(container_id)
         if lease is not None and _intact(lease):
             return NETNS_DIR / lease.netns
         if lease is not None:
-            self.release(sandbox_id)
+            self.release(container_id)
         if policy.mode == "none":
             return None
         rules = [rule for entry in policy.egress for rule in allow_rules(entry)]
         with self._lock:
-            lease = self._create(sandbox_id, rules)
+            lease = self._create(container_id, rules)
         return NETNS_DIR / lease.netns
 
-    def lease(self, sandbox_id: str) -> Lease | None:
+    def lease(self, container_id: str) -> Lease | None:
         try:
-            return Lease(**json.loads(self._lease_path(sandbox_id).read_text()))
+            return Lease(**json.loads(self._lease_path(container_id).read_text()))
         except FileNotFoundError:
             return None
 
-    def release(self, sandbox_id: str) -> None:
+    def release(self, container_id: str) -> None:
         """Removes the sandbox's rules, veth pair, namespace and lease (no-op without a lease)."""
-        lease = self.lease(sandbox_id)
+        lease = self.lease(container_id)
         if lease is None:
             return
         with self._lock:
@@ -104,7 +105,7 @@ class Networks:
             except RuntimeUnavailable:
                 stale_rules = True  # part of them was gone already: rebuild the table from the leases left
             _remove_links([lease.host_if], [lease.netns])
-            self._lease_path(sandbox_id).unlink(missing_ok=True)
+            self._lease_path(container_id).unlink(missing_ok=True)
             if stale_rules or not self._leases():
                 self._rebuild()
 
@@ -116,19 +117,19 @@ class Networks:
                     _remove_links([lease.host_if], [lease.netns])
                     self._lease_path(lease.sandbox_id).unlink(missing_ok=True)
             leased = {lease.sandbox_id for lease in self._leases()}
-            self._remove_unleased(lambda sandbox_id: sandbox_id not in leased)
+            self._remove_unleased(lambda container_id: container_id not in leased)
             self._rebuild()
 
     # -- set-up -----------------------------------------------------------------------------
 
-    def _create(self, sandbox_id: str, rules: list[str]) -> Lease:
-        netns = f"rollbox-{self.engine_id}-{sandbox_id}"
+    def _create(self, container_id: str, rules: list[str]) -> Lease:
+        netns = f"rollbox-{self.engine_id}-{container_id}"
         if (NETNS_DIR / netns).exists():  # a crash half-way through an earlier set-up
-            self._remove_unleased(lambda found: found == sandbox_id)
+            self._remove_unleased(lambda found: found == container_id)
         with _machine_lock():
             index = self._free_index()
             subnet = int(self.pool.network_address) + index * _SUBNET
-            lease = Lease(sandbox_id=sandbox_id, netns=netns, host_if=f"{self.if_prefix}{index:05x}",
+            lease = Lease(sandbox_id=container_id, netns=netns, host_if=f"{self.if_prefix}{index:05x}",
                           host_ip=str(ipaddress.IPv4Address(subnet + 1)),
                           sandbox_ip=str(ipaddress.IPv4Address(subnet + 2)), rules=rules)
             try:
@@ -139,7 +140,7 @@ class Networks:
         try:
             _nft(self._skeleton() + self._plug_rules(lease))
             _enable_forwarding()
-            path = self._lease_path(sandbox_id)
+            path = self._lease_path(container_id)
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             path.with_suffix(".tmp").write_text(json.dumps(asdict(lease)))
             path.with_suffix(".tmp").rename(path)
@@ -247,8 +248,8 @@ class Networks:
 
     # -- bookkeeping ------------------------------------------------------------------------
 
-    def _lease_path(self, sandbox_id: str) -> Path:
-        return self.run_dir / sandbox_id / "network.json"
+    def _lease_path(self, container_id: str) -> Path:
+        return self.run_dir / container_id / "network.json"
 
     def _leases(self) -> list[Lease]:
         found = []

@@ -55,9 +55,9 @@ class Runtime:
     def adjust(self, spec: dict[str, Any]) -> None:
         """Adapts a container spec to this runtime's quirks (in place)."""
 
-    def start(self, container_id: str, bundle: Path, listener_fd: int | None, log: Path) -> None:
+    def start(self, oci_id: str, bundle: Path, listener_fd: int | None, log: Path) -> None:
         argv = [*self._base(), "--log", str(log.with_suffix(".runtime.log")), *self._run_args(bundle, listener_fd),
-                container_id]
+                oci_id]
         actions: list[tuple[Any, ...]] = [
             (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
             (os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
@@ -70,40 +70,40 @@ class Runtime:
         _, status = os.waitpid(pid, 0)
         if os.waitstatus_to_exitcode(status) != 0:
             detail = _tail(log) + _tail(log.with_suffix(".runtime.log"))
-            raise RuntimeUnavailable(f"{self.name} could not start sandbox {container_id}: {detail.strip()}")
+            raise RuntimeUnavailable(f"{self.name} could not start container {oci_id}: {detail.strip()}")
 
     def _run_args(self, bundle: Path, listener_fd: int | None) -> list[str]:
         extra = ["--preserve-fds", "1"] if listener_fd is not None else []
         return ["run", "--detach", *extra, "--bundle", str(bundle)]
 
-    def run_to_end(self, container_id: str, bundle: Path, log: Path, timeout: float) -> int:
+    def run_to_end(self, oci_id: str, bundle: Path, log: Path, timeout: float) -> int:
         """Runs a container in the foreground (a build step) and returns its exit code."""
-        argv = [*self._base(), "run", "--bundle", str(bundle), container_id]
+        argv = [*self._base(), "run", "--bundle", str(bundle), oci_id]
         with open(log, "ab") as out:
             try:
                 return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                       timeout=timeout).returncode
             except subprocess.TimeoutExpired:
-                self.delete(container_id)
+                self.delete(oci_id)
                 return -1
 
-    def delete(self, container_id: str) -> None:
+    def delete(self, oci_id: str) -> None:
         """Once the init is gone, what `runc delete` still does for a stopped container is to remove its
         cgroups (the engine does) and its state directory: done here, that saves a runc process (~8 ms of
         CPU) per delete. Anything else falls back to the runtime's own `delete --force`."""
-        if self._kill_init(container_id):
-            shutil.rmtree(self.state_root / container_id, ignore_errors=True)
+        if self._kill_init(oci_id):
+            shutil.rmtree(self.state_root / oci_id, ignore_errors=True)
         else:
-            subprocess.run([*self._base(), "delete", "--force", container_id], capture_output=True, check=False)
+            subprocess.run([*self._base(), "delete", "--force", oci_id], capture_output=True, check=False)
 
-    def _kill_init(self, container_id: str, timeout: float = 5.0) -> bool:
+    def _kill_init(self, oci_id: str, timeout: float = 5.0) -> bool:
         """Kills the container's init (and so its whole pid namespace); True once it has exited.
 
         `runc delete --force` (1.1) kills a running container and then polls it every 100 ms, so a
         delete cost ~110 ms. Runtimes that keep no runc `state.json` get False: they delete themselves.
         """
         try:
-            pidfd = self.init_pidfd(container_id)
+            pidfd = self.init_pidfd(oci_id)
         except ProcessLookupError:
             return True
         except OSError:
@@ -117,23 +117,23 @@ class Runtime:
         finally:
             os.close(pidfd)
 
-    def init_pidfd(self, container_id: str) -> int | None:
+    def init_pidfd(self, oci_id: str) -> int | None:
         """A pidfd of the process whose exit means the container stopped (readable from then on); the
         caller closes it. None when this runtime does not say which process that is; ProcessLookupError
         when it has exited already."""
-        init = self._init_process(container_id)
+        init = self._init_process(oci_id)
         return None if init is None else _open_pidfd(*init)
 
-    def _init_process(self, container_id: str) -> tuple[int, int] | None:
+    def _init_process(self, oci_id: str) -> tuple[int, int] | None:
         """The init's pid and start time from runc's `state.json`: the start time guards against a reused pid."""
         try:
-            state = json.loads((self.state_root / container_id / "state.json").read_text())
+            state = json.loads((self.state_root / oci_id / "state.json").read_text())
             return int(state["init_process_pid"]), int(state["init_process_start"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def state(self, container_id: str) -> dict[str, Any] | None:
-        result = subprocess.run([*self._base(), "state", container_id], capture_output=True, text=True)
+    def state(self, oci_id: str) -> dict[str, Any] | None:
+        result = subprocess.run([*self._base(), "state", oci_id], capture_output=True, text=True)
         if result.returncode != 0:
             return None
         return json.loads(result.stdout)
@@ -176,21 +176,21 @@ class Runsc(Runtime):
             tmp.chmod(0o1777)
         return [Bind(str(tmp), "/tmp", readonly=False)]
 
-    def delete(self, container_id: str) -> None:
+    def delete(self, oci_id: str) -> None:
         # Kill the sandbox and gofer processes ourselves and wait until they are gone: `runsc delete`
         # alone takes seconds and returns while the gofer, which holds the root filesystem in its own
         # mount namespace, still runs (and an upper must be free before fork reuses it as a lower).
         # Its state files are then cleaned in the background (a restarted engine removes leftovers).
-        bundle = self._bundle(container_id)
+        bundle = self._bundle(oci_id)
         if bundle:
             _wait_for_processes_mentioning(bundle, str(self.state_root))
-        argv = [*self._base(), "delete", "-force", container_id]
+        argv = [*self._base(), "delete", "-force", oci_id]
         threading.Thread(target=subprocess.run, args=(argv,), kwargs={"capture_output": True}, daemon=True).start()
 
-    def init_pidfd(self, container_id: str) -> int | None:
+    def init_pidfd(self, oci_id: str) -> int | None:
         """The sandbox process (the sentry) stands for the container: it runs as long as the container does."""
         try:
-            path = next(self.state_root.glob(f"{glob.escape(container_id)}_sandbox:*.state"))
+            path = next(self.state_root.glob(f"{glob.escape(oci_id)}_sandbox:*.state"))
             pid = int(json.loads(path.read_text())["sandbox"]["pid"])
         except (StopIteration, OSError, ValueError, KeyError, TypeError):
             return None
@@ -200,8 +200,8 @@ class Runsc(Runtime):
             raise ProcessLookupError(pid)
         return pidfd
 
-    def _bundle(self, container_id: str) -> str | None:
-        state = self.state(container_id)
+    def _bundle(self, oci_id: str) -> str | None:
+        state = self.state(oci_id)
         return state.get("bundle") if state else None
 
     def list(self) -> list[str]:

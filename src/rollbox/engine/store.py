@@ -1,7 +1,8 @@
-"""The engine's durable record of templates, snapshots and sandboxes (SQLite, one file per node).
+"""The engine's durable record of templates, snapshots and containers (SQLite, one file per node).
 
-A restarted engine reads it to adopt the sandboxes still running and to remove whatever the
+A restarted engine reads it to adopt the containers still running and to remove whatever the
 machine holds that the store does not know. Writes are small and committed at once (WAL mode).
+The containers' table keeps its first name, `sandboxes`, so that stores already written still load.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 @dataclass
 class Image:
-    """What a sandbox starts from: a built template or a snapshot."""
+    """What a container starts from: a built template or a snapshot."""
 
     layers: list[str]
     """Read-only layers, top first."""
@@ -45,14 +46,16 @@ class Image:
 
 
 @dataclass
-class SandboxRecord:
+class ContainerRecord:
+    """One container as the engine keeps it: enough to start it again, after a reset or a crash."""
+
     id: str
     template: str
     runtime: str
     image: Image
-    """What the sandbox runs over now (grows a layer at each fork or snapshot)."""
+    """What the container runs over now (grows a layer at each fork or snapshot)."""
     baseline: Image
-    """What `reset` returns to: the template or snapshot the sandbox was created from."""
+    """What `reset` returns to: the template or snapshot the container was created from."""
     upper: str
     generation: int
     limits: dict[str, Any]
@@ -69,14 +72,16 @@ class SandboxRecord:
     labels: dict[str, str] = field(default_factory=dict)
 
     @property
-    def container_id(self) -> str:
+    def oci_id(self) -> str:
+        """What the OCI runtime and the cgroups call this start of the container: each restart takes a new
+        one, so that it never meets what is left of the previous one."""
         return f"{self.id}.{self.generation}"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> SandboxRecord:
+    def from_json(cls, text: str) -> ContainerRecord:
         data = json.loads(text)
         data["image"] = Image(**data["image"])
         data["baseline"] = Image(**data["baseline"])
@@ -85,7 +90,7 @@ class SandboxRecord:
 
 class Store(Database):
     def __init__(self, path: Path) -> None:
-        # One engine per data directory: a second one's recovery would restart or remove the first's sandboxes.
+        # One engine per data directory: a second one's recovery would restart or remove the first's containers.
         super().__init__(path, SCHEMA, exclusive=True)
 
     def meta(self, key: str, default: str) -> str:
@@ -131,29 +136,29 @@ class Store(Database):
         with self.transaction() as db:
             db.execute("DELETE FROM snapshots WHERE name=?", (name,))
 
-    def put_sandbox(self, record: SandboxRecord) -> None:
+    def put_container(self, record: ContainerRecord) -> None:
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO sandboxes VALUES (?, ?)", (record.id, record.to_json()))
 
-    def sandbox(self, sandbox_id: str) -> SandboxRecord | None:
-        rows = self.query("SELECT record FROM sandboxes WHERE id=?", sandbox_id)
-        return SandboxRecord.from_json(rows[0][0]) if rows else None
+    def container(self, container_id: str) -> ContainerRecord | None:
+        rows = self.query("SELECT record FROM sandboxes WHERE id=?", container_id)
+        return ContainerRecord.from_json(rows[0][0]) if rows else None
 
-    def sandboxes(self) -> list[SandboxRecord]:
-        return [SandboxRecord.from_json(r) for (r,) in self.query("SELECT record FROM sandboxes")]
+    def containers(self) -> list[ContainerRecord]:
+        return [ContainerRecord.from_json(r) for (r,) in self.query("SELECT record FROM sandboxes")]
 
-    def delete_sandbox(self, sandbox_id: str) -> None:
+    def delete_container(self, container_id: str) -> None:
         with self.transaction() as db:
-            db.execute("DELETE FROM sandboxes WHERE id=?", (sandbox_id,))
+            db.execute("DELETE FROM sandboxes WHERE id=?", (container_id,))
 
     def referenced_layers(self) -> set[str]:
-        """Every layer some template, snapshot or sandbox still needs (uppers included)."""
+        """Every layer some template, snapshot or container still needs (uppers included)."""
         used: set[str] = set()
         for _, _, image, _ in self.templates():
             used.update(image.layers)
         for _, _, image, _, _ in self.snapshots():
             used.update(image.layers)
-        for record in self.sandboxes():
+        for record in self.containers():
             used.update(record.image.layers)
             used.add(record.upper)
         return used

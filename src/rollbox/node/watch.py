@@ -1,7 +1,7 @@
 """Notices at once when a sandbox's container stops, without polling anything.
 
 A warm sandbox can die while it waits for a claim: the kernel's OOM killer, a template's
-`lifetime`, someone killing it on the host. A claim must never hand such a sandbox out, and
+`shutdown_after`, someone killing it on the host. A claim must never hand such a sandbox out, and
 checking each one on the claim path would cost that path a syscall or a round trip to its agent.
 Instead every warm sandbox's pidfd sits in one epoll, and a thread hears of an exit as it happens.
 """

@@ -1,0 +1,92 @@
+"""The handle on one container of an engine, and what the engine tells of it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, Field
+
+from rollbox.engine.files import SandboxFiles
+from rollbox.engine.store import ContainerRecord
+from rollbox.errors import SandboxNotFound
+from rollbox.models import ExecResult, SandboxStats, SnapshotInfo
+
+if TYPE_CHECKING:
+    from rollbox.engine.engine import Engine
+
+ContainerState = Literal["running", "paused", "stopped"]
+
+
+class ContainerInfo(BaseModel):
+    """What the engine tells of one container (the node shows tenants `rollbox.models.SandboxInfo` instead)."""
+
+    id: str
+    template: str
+    state: ContainerState
+    runtime: str
+    created_at: float
+    expires_at: float | None = None
+    snapshot: str | None = None
+    parent: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, record: ContainerRecord) -> ContainerInfo:
+        return cls(id=record.id, template=record.template, state=record.state,  # type: ignore[arg-type]
+                   runtime=record.runtime, created_at=record.created_at, expires_at=record.expires_at,
+                   snapshot=record.snapshot, parent=record.parent, labels=record.labels)
+
+
+class Container:
+    """A handle on one container of an engine: the engine's calls with its id filled in."""
+
+    def __init__(self, engine: Engine, container_id: str) -> None:
+        self.engine = engine
+        self.id = container_id
+
+    def __repr__(self) -> str:
+        return f"Container({self.id!r})"
+
+    def exec(self, command: str | Sequence[str], **options: object) -> ExecResult:
+        return self.engine.exec(self.id, command, **options)  # type: ignore[arg-type]
+
+    async def exec_async(self, command: str | Sequence[str], **options: object) -> ExecResult:
+        return await self.engine.exec_async(self.id, command, **options)  # type: ignore[arg-type]
+
+    @property
+    def files(self) -> SandboxFiles:
+        return self.engine.files(self.id)
+
+    @property
+    def info(self) -> ContainerInfo:
+        return self.engine.info(self.id)
+
+    def stats(self) -> SandboxStats:
+        return self.engine.stats(self.id)
+
+    def reset(self) -> None:
+        self.engine.reset(self.id)
+
+    def fork(self, count: int) -> list[Container]:
+        return self.engine.fork(self.id, count)
+
+    def snapshot(self, name: str) -> SnapshotInfo:
+        return self.engine.snapshot(self.id, name)
+
+    def pause(self) -> None:
+        self.engine.pause(self.id)
+
+    def resume(self) -> None:
+        self.engine.resume(self.id)
+
+    def delete(self) -> None:
+        self.engine.delete(self.id)
+
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        with contextlib.suppress(SandboxNotFound):
+            self.delete()

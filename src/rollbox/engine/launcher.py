@@ -1,0 +1,154 @@
+"""Puts a container on the machine and takes it off again.
+
+Starting one mounts its overlay root, writes its OCI bundle, joins its network, and starts the runtime
+with the exec agent as init, listening on a socket the host made (or, where the runtime cannot pass a
+descriptor in, one the agent binds in a directory the host shares). Stopping leaves its upper, so a
+restart continues over the same files; removing takes everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import socket
+import threading
+from pathlib import Path
+
+from rollbox.engine import mounts
+from rollbox.engine.agent_client import AgentClient
+from rollbox.engine.cgroups import Cgroups
+from rollbox.engine.hostbase import host_binds
+from rollbox.engine.layers import SKELETON, LayerStore, remove_tree
+from rollbox.engine.network import Networks
+from rollbox.engine.oci import AGENT_PATH, AGENT_SOCKET_DIR, COMPAT_PATH, Bind, ContainerConfig, container_spec
+from rollbox.engine.runtimes import AGENT_FD, Runtime, make_runtime
+from rollbox.engine.store import ContainerRecord
+from rollbox.errors import SandboxNotRunning
+from rollbox.models import SandboxStats
+from rollbox.spec import Limits, Network
+
+
+class Launcher:
+    """Everything of one engine's containers on the machine: bundles, runtimes, cgroups, networks, sockets."""
+
+    def __init__(self, data_dir: Path, run_dir: Path, layers: LayerStore, cgroups: Cgroups, networks: Networks,
+                 agent: Path, compat: Path) -> None:
+        self.data_dir = data_dir
+        self.run_dir = run_dir
+        """Each container's agent socket and network lease, in `<container id>/`."""
+        self.bundle_dir = data_dir / "sandboxes"
+        """Each container's OCI bundle and root mount, in `<container id>/` (named so since the first release:
+        renaming it would orphan the mounts of running containers)."""
+        self.bundle_dir.mkdir(exist_ok=True)
+        self.layers = layers
+        self.cgroups = cgroups
+        self.networks = networks
+        self.agent = agent
+        self.compat = compat
+        self._runtimes: dict[str, Runtime] = {}
+        self._lock = threading.Lock()
+
+    def runtime(self, name: str) -> Runtime:
+        with self._lock:
+            if name not in self._runtimes:
+                self._runtimes[name] = make_runtime(name, self.data_dir / "runtime")
+            return self._runtimes[name]
+
+    def rootfs(self, container_id: str) -> Path:
+        return self.bundle_dir / container_id / "rootfs"
+
+    def agent_client(self, record: ContainerRecord) -> AgentClient:
+        return AgentClient(str(self.run_dir / record.id / "agent.sock"), record.id)
+
+    def start(self, record: ContainerRecord, network: Network) -> None:
+        """Mounts the container's root filesystem, starts it, and waits until its agent answers."""
+        runtime = self.runtime(record.runtime)
+        bundle = self.bundle_dir / record.id
+        rootfs = self.rootfs(record.id)
+        rootfs.mkdir(parents=True, exist_ok=True)
+        upper, work = self.layers.upper_dirs(record.upper)
+        if not os.path.ismount(rootfs):  # an overlay has its own device: no scan of a mount table that grows
+            lowers = self.layers.stack_paths([SKELETON, *record.image.layers])
+            mounts.mount_overlay(rootfs, lowers, upper, work)
+        run = self.run_dir / record.id
+        run.mkdir(exist_ok=True, mode=0o700)
+        netns = self.networks.ensure(record.id, network)
+        binds = [Bind(str(self.agent), AGENT_PATH), *runtime.binds(rootfs)]
+        if record.image.host_binds:
+            binds += host_binds()
+        if runtime.passes_fds:
+            args = [AGENT_PATH, "--fd", str(AGENT_FD)]
+        else:
+            binds.append(Bind(str(run), AGENT_SOCKET_DIR, readonly=False))
+            args = [AGENT_PATH, "--path", f"{AGENT_SOCKET_DIR}/agent.sock"]
+        if runtime.exec_env:
+            binds.append(Bind(str(self.compat), COMPAT_PATH))
+        limits = Limits(**record.limits)
+        spec = container_spec(ContainerConfig(
+            args=args, cgroups_path=self.cgroups.path_for(record.oci_id), limits=limits, binds=binds,
+            disk_in_memory=limits.disk, netns=str(netns) if netns else None))
+        runtime.adjust(spec)
+        (bundle / "config.json").write_text(json.dumps(spec))
+        socket_path = run / "agent.sock"
+        with contextlib.suppress(FileNotFoundError):
+            socket_path.unlink()
+        listener = None
+        if runtime.passes_fds:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(str(socket_path))
+            listener.listen(512)
+        try:
+            runtime.start(record.oci_id, bundle, listener.fileno() if listener else None, bundle / "agent.log")
+        finally:
+            if listener:
+                listener.close()
+        self.agent_client(record).wait_ready()
+
+    def stop(self, record: ContainerRecord) -> None:
+        """Kills the container and unmounts its root filesystem; the upper stays."""
+        self.runtime(record.runtime).delete(record.oci_id)
+        self.cgroups.remove(record.oci_id)
+        mounts.umount(self.rootfs(record.id))
+
+    def remove(self, record: ContainerRecord) -> None:
+        """Stops the container and removes its upper, network, bundle and socket directory."""
+        self.stop(record)
+        self.networks.release(record.id)
+        if record.upper:
+            self.layers.remove(record.upper)
+        remove_tree(self.bundle_dir / record.id)
+        shutil.rmtree(self.run_dir / record.id, ignore_errors=True)
+
+    def stats(self, record: ContainerRecord) -> SandboxStats:
+        """What the container uses now: its cgroup's memory, CPU and processes, and its upper's disk."""
+        name = record.oci_id
+        memory, peak = self.cgroups.memory(name)
+        usage = os.statvfs(self.layers.upper_dirs(record.upper)[0])
+        return SandboxStats(memory_bytes=memory, memory_peak_bytes=peak, cpu_seconds=self.cgroups.cpu_seconds(name),
+                            pids=self.cgroups.pids(name), disk_bytes=(usage.f_blocks - usage.f_bfree) * usage.f_frsize)
+
+    def exit_fd(self, record: ContainerRecord) -> int | None:
+        """A descriptor that turns readable once the container has stopped (a pidfd of its init), so that one
+        epoll can watch thousands; the caller closes it. None when its runtime does not say which process
+        that is; SandboxNotRunning when it has stopped already."""
+        try:
+            return self.runtime(record.runtime).init_pidfd(record.oci_id)
+        except ProcessLookupError:
+            raise SandboxNotRunning(f"container {record.id} has stopped: reset it or start a new one") from None
+
+    def stopped(self, record: ContainerRecord) -> bool:
+        """Whether the container has stopped, told by its init's pidfd: no round trip to the agent, so a
+        listing can ask it of every container. False when the runtime cannot tell (see exit_fd)."""
+        try:
+            fd = self.exit_fd(record)
+        except SandboxNotRunning:
+            return True
+        if fd is None:
+            return False
+        try:
+            return bool(select.select([fd], [], [], 0)[0])  # a pidfd turns readable once its process exits
+        finally:
+            os.close(fd)
