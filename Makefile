@@ -1,5 +1,5 @@
 # The README's two commands. Both set up what they need first (as root).
-.PHONY: setup train demo test bench
+.PHONY: setup train demo test test-unit bench
 
 setup:
 	@bash scripts/setup.sh
@@ -16,6 +16,10 @@ test: setup
 	.venv/bin/ruff check src tests bench
 	.venv/bin/lint-imports
 	.venv/bin/python -m pytest -q -p no:cacheprovider
+
+# The unit tier alone, as the unprivileged user nobody: it must need no root, no runc and no network.
+test-unit: setup
+	tests/support/unprivileged.sh .venv/bin/python -m pytest -q -p no:cacheprovider tests/unit
 
 bench: setup
 	.venv/bin/python bench/engine.py --quick
