@@ -1,10 +1,10 @@
 """A SQLite file shared by a process's threads: WAL, one lock, short immediate transactions.
 
 The engine's store and the node's store both sit on it; each write is committed at once. Commits
-never copy the WAL back into the file: under the disk load of sandboxes starting and going, that
-checkpoint (and its fsync) takes 10 to 100 ms, and the node commits its claims on the event loop,
-where it stalled every request. A thread of the file's own does it instead, on a connection of its
-own, while writers go on.
+never copy the WAL back into the file: under the disk load of containers starting and going, that
+checkpoint and its fsync are slow (docs/design-notes.md), and the node commits its claims on the
+event loop, where it stalled every request. A thread of the file's own does it instead, on a
+connection of its own, while writers go on.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ CHECKPOINT_COMMITS = 500
 """Commits after which a checkpoint comes sooner, so that a burst does not grow the WAL far."""
 CHECKPOINT_LINGER = 30
 """Rounds of CHECKPOINT_EVERY without a commit before the thread ends: starting it costs the commit that does
-~70 µs, which a claim every few seconds should not pay each time."""
+a thread start, which a claim every few seconds should not pay each time."""
 
 
 class Database:
