@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from rollbox.engine.files import SandboxFiles
+from rollbox.engine.files import ContainerFiles
 from rollbox.engine.store import ContainerRecord
 from rollbox.errors import SandboxNotFound
 from rollbox.models import ExecResult, SandboxStats, SnapshotInfo
@@ -56,7 +56,7 @@ class Container:
         return await self.engine.exec_async(self.id, command, **options)  # type: ignore[arg-type]
 
     @property
-    def files(self) -> SandboxFiles:
+    def files(self) -> ContainerFiles:
         return self.engine.files(self.id)
 
     @property

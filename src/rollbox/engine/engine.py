@@ -26,7 +26,7 @@ from rollbox.engine.cgroups import Cgroups
 from rollbox.engine.commands import agent_request
 from rollbox.engine.container import Container, ContainerInfo
 from rollbox.engine.expiry import Reaper
-from rollbox.engine.files import SandboxFiles
+from rollbox.engine.files import ContainerFiles
 from rollbox.engine.launcher import Launcher
 from rollbox.engine.layers import UPPER_PREFIX, LayerStore
 from rollbox.engine.network import Networks
@@ -330,9 +330,9 @@ class Engine:
                                               stdin=stdin, output_limit=output_limit, isolated=isolated)
         return await self.launcher.agent_client(record).run_async(request, on_stdout, on_stderr)
 
-    def files(self, container_id: str) -> SandboxFiles:
+    def files(self, container_id: str) -> ContainerFiles:
         record = self._record(container_id)
-        return SandboxFiles(str(self.launcher.rootfs(record.id)), record.home, record.uid, record.gid,
+        return ContainerFiles(str(self.launcher.rootfs(record.id)), record.home, record.uid, record.gid,
                             Limits(**record.limits).upload)
 
     def stats(self, container_id: str) -> SandboxStats:

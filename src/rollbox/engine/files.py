@@ -65,8 +65,8 @@ def _split(path: str) -> tuple[str, str]:
     return parent, name
 
 
-class SandboxFiles:
-    """Files of one sandbox. Relative paths are taken from `home`; ownership defaults to `uid:gid`."""
+class ContainerFiles:
+    """Files of one container. Relative paths are taken from `home`; ownership defaults to `uid:gid`."""
 
     def __init__(self, root: str, home: str, uid: int, gid: int, max_upload: int) -> None:
         self.root = root

@@ -27,7 +27,7 @@ from rollbox.spec import Resource
 
 OutputCallback = Callable[[str], None]
 FileOp = Literal["read", "write", "remove", "list", "stat", "mkdir", "download_tar", "upload_tar"]
-"""The operations of `rollbox.engine.files.SandboxFiles`, by name, so they can cross a transport."""
+"""The operations of `rollbox.engine.files.ContainerFiles`, by name, so they can cross a transport."""
 
 
 class Node(Protocol):
@@ -50,7 +50,7 @@ class Node(Protocol):
     async def exec(self, tenant: str, sandbox_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
                    on_stderr: OutputCallback | None = None) -> ExecResult: ...
     async def files(self, tenant: str, sandbox_id: str, op: FileOp, path: str, **options: Any) -> Any:
-        """Runs one file operation; see `SandboxFiles` for each one's options and answer."""
+        """Runs one file operation; see `ContainerFiles` for each one's options and answer."""
     async def reset(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
     async def fork(self, tenant: str, sandbox_id: str, count: int) -> list[SandboxInfo]: ...
     async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
