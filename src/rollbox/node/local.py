@@ -5,7 +5,7 @@ container and deletes the old one in the background, so the sandbox id never cha
 calls run in worker threads; the hot paths stay on the event loop: `exec` (the engine's agent client
 is async) and a warm claim (popping a pool and one SQLite write).
 
-The node composes its parts: `Capacity` (room and quotas), `Resources` (templates and warm pools),
+The node composes its parts: `Capacity` (room and quotas), `Resources` (templates, warm pools, starts),
 `Deletions` (containers going in the background), `ClaimWriter` (claims' commits), a `Sweeper`
 thread (expiry, idle pause, reconciling with the engine) and `recover` (what a restart finds).
 """
@@ -76,10 +76,8 @@ class LocalNode:
         self.closed = threading.Event()
         self.capacity = Capacity(max_sandboxes, tenant_quota, lambda: self.resources.wake())
         self.deletions = Deletions(engine, self.store, self.capacity, self.closed)
-        self.resources = Resources(engine, self.store, self.capacity, self.deletions)
+        self.resources = Resources(engine, self.store, self.capacity, self.deletions, cold_starts)
         self._writer = ClaimWriter(self.store)
-        # More cold starts at once than the machine runs only slows every one down.
-        self._starts = threading.BoundedSemaphore(cold_starts)
         recover(self)
         self._sweeper = Sweeper(self, tick)
 
@@ -111,12 +109,12 @@ class LocalNode:
     async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
         """Takes a warm container on the event loop; only a cold start goes to a thread."""
         self.deletions.last_claim = time.monotonic()
-        template = self._claim_template(request)
+        template = self.resources.template_for(request)
         snapshot = snapshot_key(tenant, request.snapshot) if request.snapshot else None
         self.capacity.take_quota(tenant, 1)
         try:
             warm = None if snapshot else self.resources.take_warm(template, request.warmpool)
-            container_id = warm or await to_thread.run_sync(self._start_cold, template, snapshot)
+            container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot)
             try:
                 now = time.time()
                 claim = Claim(
@@ -137,33 +135,6 @@ class LocalNode:
         with self.lock:
             self.claimed[claim.sandbox_id] = claim
         return claim.info()
-
-    def _claim_template(self, request: ClaimRequest) -> str | None:
-        """The template a claim starts from (None for a snapshot, whose template the engine knows)."""
-        if request.snapshot is not None:
-            if request.warmpool is not None:
-                raise InvalidRequest("give a snapshot or a warm pool, not both")
-            return None
-        if request.warmpool is not None:
-            pool_template = self.resources.pool(request.warmpool).template
-            if request.template not in (None, pool_template):
-                raise InvalidRequest(f"warm pool {request.warmpool!r} holds template {pool_template!r}, "
-                                     f"not {request.template!r}: give one of them")
-            return pool_template
-        if request.template is None:
-            raise InvalidRequest("give a template, a warm pool or a snapshot to create a sandbox from")
-        return request.template
-
-    def _start_cold(self, template: str | None, snapshot: str | None) -> str:
-        if snapshot is None:
-            self.engine.template(template)  # type: ignore[arg-type]  # an unknown one fails before taking room
-        with self._starts:
-            self.resources.make_room()
-            try:
-                return self.engine.create(template, snapshot=snapshot).id
-            except BaseException:
-                self.capacity.release(1)
-                raise
 
     async def claims(self, tenant: str) -> list[SandboxInfo]:
         owned = [claim for claim in list(self.claimed.values()) if claim.tenant == tenant]
@@ -288,7 +259,7 @@ class LocalNode:
             snapshot = snapshot_key(claim.tenant, claim.snapshot) if claim.snapshot else None
             warm = None if snapshot else self.resources.take_warm(claim.template, claim.warmpool)
             try:
-                container_id = warm or self._start_cold(claim.template, snapshot)
+                container_id = warm or self.resources.start_cold(claim.template, snapshot)
             except (CapacityExceeded, NotFound):
                 # No room for a second container, or its template or snapshot is gone: restart this one in place.
                 self._thaw(claim)

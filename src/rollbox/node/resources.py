@@ -1,4 +1,4 @@
-"""The node's templates and warm pools: applying them, and the warm containers the pools start and watch."""
+"""The node's templates and warm pools: applying them, and starting containers from them, warm or cold."""
 
 from __future__ import annotations
 
@@ -12,8 +12,16 @@ from concurrent.futures import ThreadPoolExecutor
 from anyio import to_thread
 
 from rollbox.engine import Engine
-from rollbox.errors import CapacityExceeded, Conflict, NotFound, SandboxNotFound, SandboxNotRunning, TemplateNotFound
-from rollbox.models import ApplyStatus, TemplateInfo, WarmPoolInfo
+from rollbox.errors import (
+    CapacityExceeded,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    SandboxNotFound,
+    SandboxNotRunning,
+    TemplateNotFound,
+)
+from rollbox.models import ApplyStatus, ClaimRequest, TemplateInfo, WarmPoolInfo
 from rollbox.node.capacity import Capacity
 from rollbox.node.deletions import Deletions
 from rollbox.node.pools import WarmPool
@@ -27,7 +35,8 @@ log = logging.getLogger("rollbox.node")
 class Resources:
     """Templates (built by the engine) and warm pools (`pools`, by name). Thread-safe."""
 
-    def __init__(self, engine: Engine, store: NodeStore, capacity: Capacity, deletions: Deletions) -> None:
+    def __init__(self, engine: Engine, store: NodeStore, capacity: Capacity, deletions: Deletions,
+                 cold_starts: int) -> None:
         self.engine = engine
         self.store = store
         self.capacity = capacity
@@ -35,8 +44,11 @@ class Resources:
         self.pools: dict[str, WarmPool] = {}
         self.exits = ExitWatch(self._stopped)
         self._lock = threading.Lock()
-        # Starting containers costs CPU (runtime, mounts); the pools share these workers.
+        # Starting containers costs CPU (runtime, mounts): more at once than the machine runs only slows every
+        # one down. The pools share these workers; deletions have their own, so freed room comes back while starts
+        # queue.
         self._starter = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rollbox-refill")
+        self._cold_starts = threading.BoundedSemaphore(cold_starts)
 
     # -- applying ---------------------------------------------------------------------------
 
@@ -131,7 +143,7 @@ class Resources:
             raise NotFound(f"warm pool {name!r} does not exist: apply it first")
         return pool
 
-    # -- warm containers --------------------------------------------------------------------
+    # -- starting containers ----------------------------------------------------------------
 
     def take_warm(self, template: str | None, warmpool: str | None) -> str | None:
         """A ready container of `template` from its pools (`warmpool` first), or None when they are empty."""
@@ -148,6 +160,34 @@ class Resources:
         if named is not None:
             named.missed()  # its demand outran it: a pool with maxReplicas grows
         return None
+
+    def template_for(self, request: ClaimRequest) -> str | None:
+        """The template a claim starts from (None for a snapshot, whose template the engine knows)."""
+        if request.snapshot is not None:
+            if request.warmpool is not None:
+                raise InvalidRequest("give a snapshot or a warm pool, not both")
+            return None
+        if request.warmpool is not None:
+            pool_template = self.pool(request.warmpool).template
+            if request.template not in (None, pool_template):
+                raise InvalidRequest(f"warm pool {request.warmpool!r} holds template {pool_template!r}, "
+                                     f"not {request.template!r}: give one of them")
+            return pool_template
+        if request.template is None:
+            raise InvalidRequest("give a template, a warm pool or a snapshot to create a sandbox from")
+        return request.template
+
+    def start_cold(self, template: str | None, snapshot: str | None) -> str:
+        """Starts a container for a claim that found no warm one, at most `cold_starts` at a time."""
+        if snapshot is None:
+            self.engine.template(template)  # type: ignore[arg-type]  # an unknown one fails before taking room
+        with self._cold_starts:
+            self.make_room()
+            try:
+                return self.engine.create(template, snapshot=snapshot).id
+            except BaseException:
+                self.capacity.release(1)
+                raise
 
     def make_room(self) -> None:
         """Takes room for a cold start, taking a slot from some pool's ready container when the node is full."""
