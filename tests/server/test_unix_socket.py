@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import signal
 import socket
 import stat
 from pathlib import Path
@@ -16,10 +17,10 @@ import yaml
 from rollbox import errors
 from rollbox.client import AsyncSandboxClient, SandboxClient
 from rollbox.engine import Engine
-from rollbox.rl.local import LocalServer
+from rollbox.server.local import LocalServer
 from rollbox.server.serve import MAX_SOCKET_PATH, listen_unix
 from rollbox.server.threaded import ThreadServer
-from tests.support.engines import BASIC, run_dirs, teardown_engine
+from tests.support.engines import BASIC, leftovers, teardown_engine
 from tests.support.users import NOBODY, connect_as
 
 TEMPLATE = {"apiVersion": "rollbox.dev/v1alpha1", "kind": "SandboxTemplate", **BASIC}
@@ -29,7 +30,6 @@ def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_pat
     """An open server run by root on a loopback port would let any local user run commands in its sandboxes
     and read the host's files through a template's `copy`: the embedded one takes a 0600 socket in a 0700
     directory instead, and both clients reach it there."""
-    runs_before = run_dirs()
     server = LocalServer(tmp_path / "data")
     try:
         server.start()
@@ -45,6 +45,7 @@ def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_pat
             client.apply(yaml.safe_dump(TEMPLATE))
             with client.create_sandbox(template="basic") as sandbox:
                 assert sandbox.commands.run("echo over the socket").stdout == "over the socket\n"
+            client.create_sandbox(template="basic")  # left claimed: closing the server deletes it
 
         async def claim_async() -> str:
             async with AsyncSandboxClient(server.url) as client, client.create_sandbox(template="basic") as sandbox:
@@ -53,14 +54,27 @@ def test_the_embedded_server_listens_on_a_socket_only_its_user_can_reach(tmp_pat
         assert asyncio.run(claim_async()).strip()
     finally:
         server.close()
-        left_in_run = run_dirs() - runs_before
-        engine = Engine(tmp_path / "data")
-        left = [str(directory) for pattern in (f"rollbox/{engine.id}", f"*/rollbox/{engine.id}")
-                for directory in Path("/sys/fs/cgroup").glob(pattern)]  # v2, then v1's hierarchies
-        teardown_engine(engine)
+        left = leftovers(tmp_path / "data")
+        teardown_engine(Engine(tmp_path / "data"))
     assert not os.path.exists(os.path.dirname(path)), "closing the server removes its socket's directory"
-    assert left == [], "closing the server leaves no cgroup directory of its engine behind"
-    assert left_in_run == set(), "closing the server leaves no run directory of its engine behind"
+    assert left == [], "closing the server leaves no container, cgroup or run directory of its engine behind"
+
+
+def test_an_embedded_server_killed_leaves_its_clean_up_to_its_owner(tmp_path: Path) -> None:
+    """A server that could not delete its sandboxes as it stopped (killed, crashed) has them deleted by the
+    process that started it."""
+    server = LocalServer(tmp_path / "data")
+    try:
+        server.start()
+        with SandboxClient(server.url) as client:
+            client.apply(yaml.safe_dump(TEMPLATE))
+            client.create_sandbox(template="basic")
+        os.kill(server.pid, signal.SIGKILL)
+    finally:
+        server.close()
+        left = leftovers(tmp_path / "data")
+        teardown_engine(Engine(tmp_path / "data"))
+    assert left == []
 
 
 async def answer(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import sqlite3
 from pathlib import Path
 
 from rollbox.engine import Container, Engine
@@ -25,6 +27,18 @@ def make_engine(root: Path) -> Engine:
 def run_dirs() -> set[str]:
     """What RUN_ROOT holds: engines' run directories (and the network lock)."""
     return set(os.listdir(RUN_ROOT)) if RUN_ROOT.is_dir() else set()
+
+
+def leftovers(data_dir: Path) -> list[str]:
+    """What of the engine on `data_dir` is still on the machine: containers its runtimes know, its cgroups, its run
+    directory. Read without opening the engine, which would make its run directory again."""
+    with contextlib.closing(sqlite3.connect(data_dir / "state.db")) as db:
+        (engine_id,) = db.execute("SELECT value FROM meta WHERE key='engine_id'").fetchone()
+    containers = [str(path) for path in (data_dir / "runtime").glob("*/*")]
+    cgroups = [str(path) for pattern in (f"rollbox/{engine_id}", f"*/rollbox/{engine_id}")
+               for path in Path("/sys/fs/cgroup").glob(pattern)]  # v2, then v1's hierarchies
+    run = [str(RUN_ROOT / engine_id)] if (RUN_ROOT / engine_id).exists() else []
+    return containers + cgroups + run
 
 
 def teardown_engine(engine: Engine) -> None:

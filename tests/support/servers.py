@@ -9,9 +9,9 @@ from pathlib import Path
 from rollbox.client import SandboxClient
 from rollbox.engine import Engine
 from rollbox.node import LocalNode
-from rollbox.rl.local import LocalServer
 from rollbox.rl.tasks import Task, load_tasks
 from rollbox.server import create_app
+from rollbox.server.local import LocalServer
 from rollbox.server.threaded import ThreadServer
 from tests.support.engines import make_engine, teardown_engine
 

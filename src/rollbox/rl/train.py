@@ -22,13 +22,13 @@ from pathlib import Path
 from pydantic import BaseModel
 from rich.console import Console
 
+from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandboxClient
 from rollbox.rl.collect import collect_async
 from rollbox.rl.grpo import CandidatePolicy, grpo_update
-from rollbox.rl.local import LocalServer
 from rollbox.rl.tasks import Task, load_tasks
 from rollbox.rl.trajectory import Trajectory, read_trajectories, write_parquet
-from rollbox.server.serve import exit_on_sigterm
+from rollbox.server.local import LocalServer
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox-rl")

@@ -16,9 +16,11 @@ from typing import Any
 
 import uvicorn
 
+from rollbox._signals import exit_on_sigterm
 from rollbox.engine import DEFAULT_DATA_DIR, Engine
 from rollbox.errors import Conflict, InvalidRequest
 from rollbox.node import LocalNode
+from rollbox.node.store import NodeStore
 from rollbox.server.app import DEFAULT_MAX_BODY, create_app
 from rollbox.server.auth import Tenants
 
@@ -39,8 +41,9 @@ MAX_SOCKET_PATH = 107
 def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port: int = 8080,
           tokens: dict[str, str] | None = None, max_sandboxes: int = 64, *, socket: str | Path | None = None,
           admins: Iterable[str] = (), tenant_quota: int | None = None, max_body: int = DEFAULT_MAX_BODY,
-          log_level: str = "warning") -> None:
-    """Serves the HTTP API until interrupted (SIGINT/SIGTERM); sandboxes and claims outlive it.
+          log_level: str = "warning", delete_on_exit: bool = False) -> None:
+    """Serves the HTTP API until interrupted (SIGINT/SIGTERM); sandboxes and claims outlive it, for the next server
+    on `data_dir` to adopt, unless `delete_on_exit` (see delete_everything).
 
     `socket` serves on that unix socket instead of `host` and `port`: only its owner may connect, and it costs
     less per call than loopback TCP. `admins` names the tenants whose tokens may change templates and warm pools
@@ -62,15 +65,60 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
                 run_app(create_app(node, tokens, admins=admins, max_body=max_body), host, port, listener, log_level)
             finally:
                 node.close()
+                if delete_on_exit:
+                    with _signals_held():
+                        delete_everything(engine)
+                else:
+                    _tell_what_stays(engine)
     finally:
         engine.close()
 
 
-def exit_on_sigterm() -> None:
-    """Exits on SIGTERM by raising SystemExit, so that what the process opened still closes (the default action
-    kills it first). uvicorn shuts down gracefully on SIGTERM, then raises it again."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _exit)
+def delete_everything(engine: Engine) -> None:
+    """Leaves nothing of the data directory running: deletes every sandbox, claim and snapshot, then every
+    container, mount, cgroup and run directory still left. Templates, their layers and warm pools stay (a pool
+    refills at the next start). Only while no node runs on the directory."""
+    engine.destroy()
+    store = NodeStore(engine.data_dir / "node.db")
+    try:
+        store.put_claims((), deleted=store.claims())
+        store.remove_pool_containers(container_id for container_id, _ in store.pool_containers())
+        for tenant, name, _ in store.snapshots():
+            store.delete_snapshot(tenant, name)
+    finally:
+        store.close()
+
+
+def _tell_what_stays(engine: Engine) -> None:
+    """Says how many sandboxes outlive the server, who adopts them, and how to delete them instead."""
+    running = len(engine.list())
+    store = NodeStore(engine.data_dir / "node.db")
+    try:
+        claimed = min(len(store.claims()), running)
+    finally:
+        store.close()
+    where = f"--data-dir {engine.data_dir}"
+    if not running:
+        log.warning("rollbox serve stopped; no sandbox stays running")
+        return
+    log.warning("rollbox serve stopped; %d sandboxes stay running (%d claimed, %d warm): the next `rollbox serve "
+                "%s` adopts them. To delete them instead, run `rollbox down %s`, or serve with --delete-on-exit",
+                running, claimed, running - claimed, where, where)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignores SIGINT and SIGTERM meanwhile (in the main thread, where signals land): a second Ctrl-C must not
+    leave a deletion half done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 @contextlib.contextmanager
@@ -139,10 +187,6 @@ def listen_unix(path: Path) -> sockets.socket:
         listener.close()
         raise
     return listener
-
-
-def _exit(*_: object) -> None:
-    raise SystemExit(0)
 
 
 def _loopback(host: str) -> bool:

@@ -1,6 +1,6 @@
-"""The embedded default for the main job, benchmarks and tests: `rollbox serve` in a child process (its own
-interpreter, so the server never competes with the trainer for the GIL), reached through the SDK like any
-remote router.
+"""The embedded server, for the main job, benchmarks and tests: `rollbox serve` in a child process (its own
+interpreter, so the server never competes with its user for the GIL), reached through the SDK like any remote
+router, and leaving nothing running when it stops.
 
 It listens on a unix socket in a directory of its own (mode 0700), not on a loopback port. The server is
 open (no tokens) and runs as root: on a loopback port any local user could drive it, run commands in its
@@ -9,6 +9,7 @@ call than TCP."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,14 +22,14 @@ from pathlib import Path
 import httpx
 
 from rollbox.client._http import Settings
-from rollbox.engine import Engine
 from rollbox.errors import RollboxError
 from rollbox.server.threaded import private_socket_path
 
 _SERVE = "import json, sys; from rollbox.server import serve; serve(**json.loads(sys.argv[1]))"
 START_TIMEOUT = 60.0
 HEALTH_TIMEOUT = 1.0
-STOP_TIMEOUT = 30.0
+STOP_TIMEOUT = 60.0
+"""Seconds the server has to stop, deleting its sandboxes, before it is killed."""
 
 
 class LocalServer:
@@ -44,7 +45,8 @@ class LocalServer:
     def start(self) -> LocalServer:
         socket_path = private_socket_path()
         self._run_dir = socket_path.parent
-        options = {"data_dir": str(self.data_dir), "socket": str(socket_path), "max_sandboxes": self.max_sandboxes}
+        options = {"data_dir": str(self.data_dir), "socket": str(socket_path), "max_sandboxes": self.max_sandboxes,
+                   "delete_on_exit": True}
         self._process = subprocess.Popen([sys.executable, "-c", _SERVE, json.dumps(options)],
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.url = f"unix://{socket_path}"
@@ -54,6 +56,11 @@ class LocalServer:
             self.close()
             raise
         return self
+
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs (benchmarks read its CPU time)."""
+        return self._process.pid if self._process is not None else None
 
     def _wait_healthy(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + START_TIMEOUT
@@ -65,18 +72,22 @@ class LocalServer:
                 time.sleep(0.05)
 
     def close(self) -> None:
-        """Stops the server, then deletes every sandbox and snapshot on its data (templates stay cached)."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
+        """Stops the server, which deletes every sandbox and snapshot on its data as it goes (templates stay
+        cached). A server that could not (it failed, or was killed) leaves that to this process."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
             try:
-                self._process.wait(STOP_TIMEOUT)
+                process.wait(STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+                process.kill()
+                process.wait()
         if self._run_dir is not None:
             shutil.rmtree(self._run_dir, ignore_errors=True)
-        with Engine(self.data_dir) as engine:
-            engine.destroy()  # its sandboxes and snapshots, and its cgroups and run directory with them
+        if process.returncode != 0:
+            _delete_everything(self.data_dir)
 
     def __enter__(self) -> LocalServer:
         return self.start()
@@ -90,3 +101,12 @@ def _healthy(http: httpx.Client, settings: Settings) -> bool:
         return http.send(settings.request("GET", "/healthz")).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def _delete_everything(data_dir: Path) -> None:
+    """What the server does when it stops, done here; only then is the engine loaded into this process."""
+    from rollbox.engine import Engine
+    from rollbox.server.serve import delete_everything
+
+    with contextlib.closing(Engine(data_dir)) as engine:
+        delete_everything(engine)
