@@ -29,9 +29,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rollbox._signals import exit_on_sigterm
 from rollbox.engine import Container, Engine
 from rollbox.engine.engine import RUN_ROOT
-from rollbox.server.serve import exit_on_sigterm
 from rollbox.spec import SandboxTemplate
 
 MB = 2**20

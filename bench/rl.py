@@ -27,13 +27,13 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandboxClient
 from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.fusion import fusion_app
-from rollbox.rl.local import LocalServer
 from rollbox.rl.tasks import load_tasks
 from rollbox.server.capability import SecretPath, new_key
-from rollbox.server.serve import exit_on_sigterm
+from rollbox.server.local import LocalServer
 from rollbox.server.threaded import ThreadServer
 from server import TICKS, cpu_seconds, server_pid
 

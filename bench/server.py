@@ -53,12 +53,12 @@ from engine import (
 )
 from engine import QUICK as ENGINE_QUICK
 from engine import TEMPLATE as ENGINE_TEMPLATE
+from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandboxClient
 from rollbox.client._http import DEFAULT_TIMEOUT, Settings
 from rollbox.engine import Container, Engine
 from rollbox.errors import RollboxError
-from rollbox.rl.local import LocalServer
-from rollbox.server.serve import exit_on_sigterm
+from rollbox.server.local import LocalServer
 
 NAME = "rollbox-bench"
 """The template and the warm pool this benchmark applies (and deletes at the end)."""

@@ -28,9 +28,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from engine import Figures, distribution, machine
+from rollbox._signals import exit_on_sigterm
 from rollbox.engine.database import Database
 from rollbox.node.store import SCHEMA
-from rollbox.server.serve import exit_on_sigterm
 
 RECORD = "x" * 400
 """As long as a claim's stored record."""
