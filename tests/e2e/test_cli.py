@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -17,7 +19,7 @@ import yaml
 
 from rollbox.client import SandboxClient
 from rollbox.engine import Engine
-from tests.support.engines import teardown_engine
+from tests.support.engines import leftovers, teardown_engine
 from tests.support.servers import TEMPLATE
 
 ROLLBOX = Path(sys.executable).with_name("rollbox")
@@ -194,6 +196,58 @@ def test_an_open_server_on_a_socket_keeps_other_users_out_and_on_a_port_warns(tm
         assert "cannot make" in one_line_error(done) and (tmp_path / "notes.txt").read_text() == "keep me"
     finally:
         _cleanup(tmp_path / "data")
+
+
+def _claimed_and_warm(url: str) -> None:
+    """One sandbox claimed and one warm in a pool."""
+    with SandboxClient(url) as client:
+        client.apply(RESOURCES)
+        client.create_sandbox(template="cli-basic")
+        deadline = time.monotonic() + 60
+        while client.get_warmpool("cli-pool").ready < 1:
+            assert time.monotonic() < deadline, "the pool never filled"
+            time.sleep(0.1)
+
+
+def _claims_recorded(data_dir: Path) -> int:
+    with contextlib.closing(sqlite3.connect(data_dir / "node.db")) as db:
+        return db.execute("SELECT count(*) FROM claims").fetchone()[0]
+
+
+def test_a_stopped_server_says_what_stays_running_and_down_deletes_it(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM leaves the sandboxes running for the next server to adopt: the server says so, and how
+    to delete them instead; `rollbox down` does, and refuses while a server holds the data directory."""
+    data, path = tmp_path / "data", tmp_path / "router.sock"
+    url = f"unix://{path}"
+
+    def while_up() -> None:
+        _claimed_and_warm(url)
+        assert "stop it first" in one_line_error(rollbox("down", "--data-dir", str(data), url=url))
+
+    try:
+        stderr = serving_until_terminated(["--data-dir", str(data), "--socket", str(path)], url, while_up)
+        assert "2 sandboxes stay running (1 claimed, 1 warm)" in stderr, stderr
+        assert f"the next `rollbox serve --data-dir {data}` adopts them" in stderr
+        assert f"`rollbox down --data-dir {data}`" in stderr and "--delete-on-exit" in stderr
+        assert len([item for item in leftovers(data) if "/runtime/" in item]) == 2, "the sandboxes run on"
+        done = rollbox("down", "--data-dir", str(data), url=url)
+        assert done.returncode == 0, done.stderr
+        assert leftovers(data) == [] and _claims_recorded(data) == 0
+        assert "not a rollbox data directory" in one_line_error(rollbox("down", "--data-dir", str(tmp_path), url=url))
+    finally:
+        _cleanup(data)
+
+
+def test_a_server_told_to_delete_on_exit_leaves_nothing_running(tmp_path: Path) -> None:
+    data, path = tmp_path / "data", tmp_path / "router.sock"
+    url = f"unix://{path}"
+    try:
+        stderr = serving_until_terminated(["--data-dir", str(data), "--socket", str(path), "--delete-on-exit"], url,
+                                          lambda: _claimed_and_warm(url))
+        assert "stay running" not in stderr
+        assert leftovers(data) == [] and _claims_recorded(data) == 0
+    finally:
+        _cleanup(data)
 
 
 def test_serve_refuses_an_open_network_listener_or_an_unknown_admin(tmp_path: Path) -> None:

@@ -20,8 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from rollbox.client import AsyncSandboxClient
-from rollbox.rl.fusion import KEY_ENV, fusion_app
+from rollbox.cli.fusion import KEY_ENV
+from rollbox.client import AsyncSandboxClient, SandboxClient
+from rollbox.rl.fusion import fusion_app
 from rollbox.server.capability import SecretPath, new_key
 from rollbox.server.threaded import ThreadServer
 from tests.support.users import NOBODY, connect_as
@@ -115,7 +116,7 @@ def pinged(http: httpx.Client, url: str = "http://gateway/v1/ping") -> bool:
         return False
 
 
-GATEWAY = [sys.executable, "-m", "rollbox.rl.fusion"]
+GATEWAY = [str(Path(sys.executable).with_name("rollbox")), "fusion"]
 """The standalone gateway's command line."""
 
 
@@ -144,9 +145,10 @@ def assert_runs_code(http: httpx.Client, url: str) -> None:
     assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
 
 
-def assert_stops_on_sigterm(gateway: subprocess.Popen[str]) -> None:
-    gateway.send_signal(signal.SIGTERM)
-    assert gateway.wait(timeout=30) == 0, gateway.communicate()
+def assert_stops_on(gateway: subprocess.Popen[str], number: signal.Signals = signal.SIGTERM) -> None:
+    """The gateway stops on SIGTERM (exit 0) and on Ctrl-C (SIGINT, exit 130) alike."""
+    gateway.send_signal(number)
+    assert gateway.wait(timeout=30) == (130 if number == signal.SIGINT else 0), gateway.communicate()
 
 
 def refused(*args: str, **run: Any) -> subprocess.CompletedProcess[str]:
@@ -155,7 +157,7 @@ def refused(*args: str, **run: Any) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_gateway_alone_on_a_socket_serves_only_its_user(url: str, tmp_path: Path) -> None:
-    """`python -m rollbox.rl.fusion --socket PATH`: it takes no tokens, so on a shared machine only a 0600
+    """`rollbox fusion --socket PATH`: it takes no tokens, so on a shared machine only a 0600
     socket keeps other users from running code in its sandboxes."""
     path = tmp_path / "run" / "fusion.sock"
     with gateway_process("--url", url, "--socket", str(path)) as gateway:
@@ -165,7 +167,7 @@ def test_the_gateway_alone_on_a_socket_serves_only_its_user(url: str, tmp_path: 
             assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
             assert connect_as(NOBODY, str(path)) == errno.EACCES
             assert_runs_code(http, "http://gateway/run_code")
-        assert_stops_on_sigterm(gateway)
+        assert_stops_on(gateway)
         assert not path.exists(), "the gateway takes its socket away when it stops"
     (tmp_path / "notes.txt").write_text("keep me")
     done = refused("--url", url, "--socket", str(tmp_path / "notes.txt"))
@@ -173,7 +175,7 @@ def test_the_gateway_alone_on_a_socket_serves_only_its_user(url: str, tmp_path: 
 
 
 def test_the_gateway_alone_on_tcp_answers_only_under_the_key_it_prints(url: str) -> None:
-    """`python -m rollbox.rl.fusion --port 0`: its clients send no token, so it serves under a random key, and prints
+    """`rollbox fusion --port 0`: its clients send no token, so it serves under a random key, and prints
     the endpoint once it listens (with the free port it took)."""
     environment = {k: v for k, v in os.environ.items() if k != KEY_ENV}
     with gateway_process("--url", url, "--port", "0", stdout=subprocess.PIPE, env=environment) as gateway:
@@ -186,7 +188,7 @@ def test_the_gateway_alone_on_tcp_answers_only_under_the_key_it_prints(url: str)
             wait_until_pinged(http, gateway, "/v1/ping")
             assert_runs_code(http, "/run_code")
         assert httpx.get(f"{origin}/v1/ping").status_code == 404
-        assert_stops_on_sigterm(gateway)
+        assert_stops_on(gateway)
 
 
 def test_a_short_key_or_a_taken_port_is_refused_clearly(url: str) -> None:
@@ -197,3 +199,21 @@ def test_a_short_key_or_a_taken_port_is_refused_clearly(url: str) -> None:
         done = refused("--url", url, "--port", port)
     assert done.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and not done.stdout, "no endpoint is printed for a port not taken"
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_the_gateway_stopped_deletes_the_sandboxes_it_claimed(url: str, tmp_path: Path, number: signal.Signals) -> None:
+    """Stopped by a timeout, a scheduler or Ctrl-C, the gateway gives back the sandboxes it claimed: none outlives
+    it, taking room from the router's other tenants."""
+    path = tmp_path / "fusion.sock"
+    with SandboxClient(url) as router:
+        before = {sandbox.id for sandbox in router.list_sandboxes()}
+        with gateway_process("--url", url, "--socket", str(path)) as gateway:
+            with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), timeout=60) as http:
+                wait_until_pinged(http, gateway)
+                with ThreadPoolExecutor(12) as pool:  # more at once than one shared sandbox runs
+                    list(pool.map(lambda _: assert_runs_code(http, "http://gateway/run_code"), range(12)))
+            claimed = {sandbox.id for sandbox in router.list_sandboxes()} - before
+            assert claimed, "the gateway holds the sandboxes it ran code in"
+            assert_stops_on(gateway, number)
+        assert claimed.isdisjoint(sandbox.id for sandbox in router.list_sandboxes())

@@ -6,23 +6,21 @@ runs as an isolated command (a throw-away copy of a sandbox the gateway holds, d
 of a few shared sandboxes (`isolation="isolated"`); `isolation="fresh"` gives every request a new
 sandbox, at the cost of a container start and stop per request. It reaches the router through the
 SDK, so it runs next to the server (`app.mount("/fusion", fusion_app(client))`, then the endpoint
-is `http://router/fusion`) or on its own (`python -m rollbox.rl.fusion --url ROUTER`), where on TCP it
-answers only under a secret path, `http://127.0.0.1:8081/<key>`: its clients send no token.
+is `http://router/fusion`) or on its own (`rollbox fusion --url ROUTER`, see `serve_fusion`), where on
+TCP it answers only under a secret path, `http://127.0.0.1:8081/<key>`: its clients send no token.
 Not supported: languages other than python and bash, `memory_limit_MB` (the template's limits
 apply), and compile steps.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import contextlib
-import os
 import posixpath
 import shlex
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,10 +30,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import RollboxError
 from rollbox.rl.validation import describe
 from rollbox.server.capability import SecretPath, new_key
+from rollbox.server.serve import listen_tcp, listening, run_app
 
 RUN_DIR = "/tmp"
 """Where a request's code and files go, and its working directory: its own in either isolation."""
@@ -43,8 +43,6 @@ LANGUAGES = {"python": ("main.py", "python3 main.py"), "bash": ("main.sh", "bash
 """Language -> (file the code is written to, command that runs it)."""
 RUNS_PER_SANDBOX = 8
 """Isolated requests one shared sandbox runs at once (its CPU, memory and process limits are theirs)."""
-KEY_ENV = "ROLLBOX_FUSION_KEY"
-"""The standalone gateway's key (see rollbox.server.capability), kept across restarts so trainers' URLs stay."""
 
 
 class RunCodeRequest(BaseModel):
@@ -100,8 +98,10 @@ class FreshSandboxes:
         try:
             yield Lease(sandbox, isolated=False)
         finally:
-            with contextlib.suppress(RollboxError):
-                await sandbox.delete()
+            await _delete(sandbox)
+
+    async def release(self) -> None:
+        """Nothing to give back: every request deletes its own sandbox."""
 
 
 class SharedSandboxes(FreshSandboxes):
@@ -122,11 +122,15 @@ class SharedSandboxes(FreshSandboxes):
         except RollboxError:
             if lease in self._leases:
                 self._leases.remove(lease)
-                with contextlib.suppress(RollboxError):
-                    await lease.sandbox.delete()
+                await _delete(lease.sandbox)
             raise
         finally:
             lease.running -= 1
+
+    async def release(self) -> None:
+        """Deletes the sandboxes it holds, when the gateway stops: none outlives it."""
+        leases, self._leases = self._leases, []
+        await asyncio.gather(*(_delete(lease.sandbox) for lease in leases))
 
     async def _least_busy(self) -> Lease:
         """The sandbox running the fewest requests, claiming one more when all are full (one claim at a time,
@@ -172,7 +176,19 @@ def fusion_app(client: AsyncSandboxClient, *, template: str = "rl-python", warmp
                 response = RunCodeResponse(status="SandboxError", message=str(error))
         return JSONResponse(response.model_dump())
 
-    return Starlette(routes=[Route("/v1/ping", ping, methods=["GET"]), Route("/run_code", run_code, methods=["POST"])])
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await lender.release()
+
+    return Starlette(routes=[Route("/v1/ping", ping, methods=["GET"]), Route("/run_code", run_code, methods=["POST"])],
+                     lifespan=lifespan)
+
+
+async def _delete(sandbox: AsyncSandbox) -> None:
+    """Deletes a sandbox the gateway is done with; one already gone (expired, deleted by its tenant) is fine."""
+    with contextlib.suppress(RollboxError):
+        await sandbox.delete()
 
 
 async def _run(lease: Lease, body: RunCodeRequest) -> RunCodeResponse:
@@ -228,40 +244,22 @@ def _unquote(quoted: str) -> str:
     return base64.b64decode(quoted).decode()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    from rollbox.server.serve import exit_on_sigterm, listen_tcp, listening, run_app
+def serve_fusion(client: AsyncSandboxClient, *, template: str = "rl-python", warmpool: str | None = "rl-python",
+                 isolation: Literal["isolated", "fresh"] = "isolated", host: str = "127.0.0.1", port: int = 8081,
+                 key: str | None = None, socket: Path | None = None) -> None:
+    """Serves the gateway on its own until SIGINT/SIGTERM, then deletes the sandboxes it claimed.
 
-    parser = argparse.ArgumentParser(prog="python -m rollbox.rl.fusion", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", help="the rollbox router (env ROLLBOX_URL)")
-    parser.add_argument("--token", help="the router's bearer token (env ROLLBOX_TOKEN)")
-    parser.add_argument("--template", default="rl-python")
-    parser.add_argument("--warmpool", default="rl-python")
-    parser.add_argument("--isolation", choices=("isolated", "fresh"), default="isolated")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8081)
-    parser.add_argument("--key", default=os.environ.get(KEY_ENV),
-                        help=f"the secret first path segment of the endpoint (env {KEY_ENV}); on TCP a random one "
-                             "when not given, printed at start")
-    parser.add_argument("--socket", type=Path, metavar="PATH",
-                        help="listen on this unix socket (mode 0600: your user only) instead of --host and --port")
-    args = parser.parse_args(argv)
-    try:
-        app: Any = fusion_app(AsyncSandboxClient(args.url, args.token), template=args.template,
-                              warmpool=args.warmpool, isolation=args.isolation)
-        tcp = args.socket is None
-        key = args.key or (new_key() if tcp else None)
-        if key is not None:
-            app = SecretPath(app, key)
-        exit_on_sigterm()
-        with contextlib.closing(listen_tcp(args.host, args.port)) if tcp else listening(args.socket) as listener:
-            if tcp:  # listening already: the port printed is the one taken (--port 0 takes a free one)
-                host = f"[{args.host}]" if ":" in args.host else args.host
-                print(f"SandboxFusion endpoint: http://{host}:{listener.getsockname()[1]}/{key} (a secret: whoever "
-                      "has it runs code with this gateway's router token)", flush=True)
-            run_app(app, args.host, args.port, listener, "warning")
-    except RollboxError as error:
-        parser.exit(1, f"{parser.prog}: {error}\n")
-
-
-if __name__ == "__main__":
-    main()
+    On `socket` (0600: its user only) when given; else on `host`:`port` under the secret path `key` (a random one
+    when None), printing the endpoint once it listens."""
+    app: Any = fusion_app(client, template=template, warmpool=warmpool, isolation=isolation)
+    tcp = socket is None
+    key = key or (new_key() if tcp else None)
+    if key is not None:
+        app = SecretPath(app, key)
+    exit_on_sigterm()
+    with contextlib.closing(listen_tcp(host, port)) if tcp else listening(socket) as listener:
+        if tcp:  # listening already: the port printed is the one taken (port 0 takes a free one)
+            shown = f"[{host}]" if ":" in host else host
+            print(f"SandboxFusion endpoint: http://{shown}:{listener.getsockname()[1]}/{key} (a secret: whoever "
+                  "has it runs code with this gateway's router token)", flush=True)
+        run_app(app, host, port, listener, "warning")
