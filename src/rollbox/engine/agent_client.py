@@ -101,8 +101,8 @@ class _Collector:
 
 def _lost(container_id: str) -> SandboxNotRunning:
     return SandboxNotRunning(
-        f"container {container_id}: its agent stopped answering (the container was deleted, paused or "
-        "killed); start a new one or reset this one"
+        f"container {container_id}: its agent stopped answering (deleted, paused or killed): reset it or "
+        "start a new one"
     )
 
 

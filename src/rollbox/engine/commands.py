@@ -30,8 +30,8 @@ def agent_request(record: ContainerRecord, runtime: Runtime, rootfs: Path, comma
     if record.state == "paused":
         raise SandboxNotRunning(f"container {record.id} is paused: resume it before running commands")
     if isolated and not runtime.isolates_commands:
-        raise InvalidRequest(f"container {record.id} runs on {record.runtime}, which cannot run isolated "
-                             "commands: use a runc template, or run the command without isolation")
+        raise InvalidRequest(f"{record.runtime} cannot run isolated commands: use a runc template, or run the "
+                             "command without isolation")
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     if not argv:
         raise InvalidRequest("the command is empty")
