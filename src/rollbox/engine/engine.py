@@ -333,7 +333,7 @@ class Engine:
     def files(self, container_id: str) -> ContainerFiles:
         record = self._record(container_id)
         return ContainerFiles(str(self.launcher.rootfs(record.id)), record.home, record.uid, record.gid,
-                            Limits(**record.limits).upload)
+                              Limits(**record.limits).upload)
 
     def stats(self, container_id: str) -> SandboxStats:
         return self.launcher.stats(self._record(container_id))
