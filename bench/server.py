@@ -29,30 +29,31 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
 import http_floor
 from claim_plot import plot_claims
-from engine import (
+from common import (
     PYTHON,
+    TEMPLATE,
     Figures,
     create_delete,
     distribution,
+    load,
     machine,
+    progress_bars,
     python_throughput,
     repeat,
     teardown,
     throwaway_engine,
 )
-from engine import QUICK as ENGINE_QUICK
-from engine import TEMPLATE as ENGINE_TEMPLATE
 from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandboxClient
 from rollbox.client._http import DEFAULT_TIMEOUT, Settings
@@ -695,12 +696,11 @@ async def burst(client: Client, control: Control, plan: Plan, server: int | None
 def engine_direct(engine: Engine, plan: Plan, progress: Progress) -> Figures:
     """The engine's own figures on a data directory of its own, before the server starts (its async exec is
     timed later, taking turns with the router's)."""
-    with engine.create(ENGINE_TEMPLATE) as box:
+    with engine.create(TEMPLATE) as box:
         box.exec(TRUE)
         sync = repeat(progress, "engine exec true", plan.execs, lambda: box.exec(TRUE))
     created = create_delete(engine, plan.creates, progress)
-    python = python_throughput(engine, replace(ENGINE_QUICK, python_runs=plan.python,
-                                               python_sandboxes=plan.workers), progress)
+    python = python_throughput(engine, plan.python, plan.workers, progress)
     return {"engine_exec_true_ms": distribution(sync), "engine_create_ms": created["create_ms"],
             "engine_delete_ms": created["delete_ms"], "engine_python_per_s": python["python_per_s"],
             "engine_python_ms": python["python_ms"]}
@@ -758,17 +758,15 @@ async def through_router(url: str, token: str | None, plan: Plan, server: int | 
 
 def measure(plan: Plan) -> Figures:
     figures: Figures = {"machine": machine()}
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress, \
-            throwaway_engine() as engine:
+    with progress_bars() as progress, throwaway_engine() as engine:
         figures.update(engine_direct(engine, plan, progress))
-        with engine.create(ENGINE_TEMPLATE) as box, router(plan) as (url, token, server):
+        with engine.create(TEMPLATE) as box, router(plan) as (url, token, server):
             figures["machine"]["server"] = url if server is None else f"embedded, {urlsplit(url).scheme}"
             figures.update(asyncio.run(through_router(url, token, plan, server, box, progress)))
     figures["router_exec_overhead_ms"] = round(
         figures["exec_true_raw"]["p50"] - figures["engine_exec_async_true_ms"]["p50"], 3)
     figures["sdk_exec_overhead_ms"] = round(figures["exec_true_sdk"]["p50"] - figures["exec_true_raw"]["p50"], 3)
-    figures["machine"]["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    figures["machine"]["load_after"] = load()
     figures["missed"] = missed(figures)
     return figures
 

@@ -24,10 +24,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
-from engine import Figures, distribution, machine
+from common import Figures, distribution, machine, progress_bars
 from rollbox._signals import exit_on_sigterm
 from rollbox.engine.database import Database
 from rollbox.node.store import SCHEMA
@@ -104,7 +103,7 @@ def commits(make: Callable[[Path], tuple[Commit, Callable[[], None]]], seconds: 
 
 def measure(seconds: float, rounds: int) -> Figures:
     samples: dict[str, list[float]] = {name: [] for name in STORES}
-    with Progress(console=Console(stderr=True), transient=True) as progress:
+    with progress_bars() as progress:
         task = progress.add_task("commits under disk load", total=rounds * len(STORES))
         for _ in range(rounds):  # in turns, so that both meet the same moments of the machine
             for name, make in STORES.items():
