@@ -27,11 +27,11 @@ from rollbox.spec import SandboxWarmPool
 log = logging.getLogger("rollbox.node")
 
 Launch = Callable[["WarmPool"], str]
-"""Starts one ready sandbox for the pool and records it as the pool's; raises CapacityExceeded when full."""
+"""Starts one ready container for the pool and records it as the pool's; raises CapacityExceeded when full."""
 Discard = Callable[[str], None]
-"""Deletes a sandbox the pool no longer wants (started for a template that has since changed)."""
+"""Deletes a container the pool no longer wants (started for a template that has since changed)."""
 Watch = Callable[[str], None]
-"""Told of every sandbox the pool starts, once ready, so that one dying while it waits leaves the pool (`forget`)."""
+"""Told of every container the pool starts, once ready, so that one dying while it waits leaves the pool (`forget`)."""
 _CAPACITY_RETRY = 0.5
 REFILL_QUIET = 0.1
 BURST_GAP = 1.0
@@ -85,13 +85,13 @@ class WarmPool:
         return min(spec.max_replicas, max(spec.replicas, peak))
 
     def take(self) -> str | None:
-        """A ready sandbox's id, or None when the pool is empty right now."""
+        """A ready container's id, or None when the pool is empty right now."""
         with self._cond:
             if not self.ready:
                 return None
-            sandbox_id = self.ready.popleft()
+            container_id = self.ready.popleft()
             self._count_claim()
-            return sandbox_id
+            return container_id
 
     def missed(self) -> None:
         """A claim for this pool found it empty (and starts cold): it still counts in the pool's burst."""
@@ -106,12 +106,12 @@ class WarmPool:
         self._last_take = now
         self._nudge(now)
 
-    def forget(self, sandbox_id: str) -> bool:
-        """Drops a ready sandbox that no longer exists; False if a claim took it meanwhile."""
+    def forget(self, container_id: str) -> bool:
+        """Drops a ready container that no longer exists; False if a claim took it meanwhile."""
         with self._cond:
-            if sandbox_id not in self.ready:
+            if container_id not in self.ready:
                 return False
-            self.ready.remove(sandbox_id)
+            self.ready.remove(container_id)
             self._nudge(time.monotonic())
             return True
 
@@ -201,10 +201,10 @@ class WarmPool:
             self._submit(lambda generation=generation: self._start_one(generation))
 
     def _start_one(self, generation: int) -> None:
-        sandbox_id = None
+        container_id = None
         try:
             if not self._closed:
-                sandbox_id = self._launch(self)
+                container_id = self._launch(self)
         except CapacityExceeded:
             self._retry_after(_CAPACITY_RETRY)
         except Exception:
@@ -215,14 +215,14 @@ class WarmPool:
             self._backoff = 0.0
         with self._cond:
             self.starting -= 1
-            stale = sandbox_id is not None and generation != self._generation
-            if sandbox_id is not None and not stale:
-                self.ready.append(sandbox_id)
+            stale = container_id is not None and generation != self._generation
+            if container_id is not None and not stale:
+                self.ready.append(container_id)
             self._cond.notify_all()
         if stale:
-            self._discard(sandbox_id)  # type: ignore[arg-type]
-        elif sandbox_id is not None:
-            self._watch(sandbox_id)
+            self._discard(container_id)  # type: ignore[arg-type]
+        elif container_id is not None:
+            self._watch(container_id)
 
     def _retry_after(self, delay: float) -> None:
         with self._cond:

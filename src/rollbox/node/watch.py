@@ -20,7 +20,7 @@ log = logging.getLogger("rollbox.node")
 
 
 class ExitWatch:
-    """Calls `on_exit(sandbox_id)`, from its own thread, once a watched sandbox's container stops.
+    """Calls `on_exit(container_id)`, from its own thread, once a watched container stops.
 
     A descriptor is closed when its sandbox stops (deleted, reset, killed), so it costs nothing to
     stop watching a sandbox that a claim took: the watch simply ends with the sandbox.
@@ -38,10 +38,10 @@ class ExitWatch:
         self._thread = threading.Thread(target=self._run, name="rollbox-exit-watch", daemon=True)
         self._thread.start()
 
-    def add(self, sandbox_id: str, fd: int) -> None:
+    def add(self, container_id: str, fd: int) -> None:
         """Watches `fd` (see Engine.exit_fd), which the watch now owns."""
         with self._lock:
-            self._watched[fd] = sandbox_id
+            self._watched[fd] = container_id
             self._epoll.register(fd, select.EPOLLIN)
 
     def close(self) -> None:
@@ -64,13 +64,13 @@ class ExitWatch:
                 if fd == self._stop:
                     return
                 with self._lock:
-                    sandbox_id = self._watched.pop(fd)
+                    container_id = self._watched.pop(fd)
                     self._epoll.unregister(fd)
                     os.close(fd)
                 try:
-                    self._on_exit(sandbox_id)
+                    self._on_exit(container_id)
                 except Exception:
-                    log.exception("handling the exit of sandbox %s failed", sandbox_id)
+                    log.exception("handling the exit of container %s failed", container_id)
 
 
 def _allow_open_files() -> None:
