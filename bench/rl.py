@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -27,6 +26,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from common import load, machine
+from cpu import TICKS, cpu_seconds, server_pid
 from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandboxClient
 from rollbox.rl.collect import Observation, collect_async
@@ -35,7 +36,6 @@ from rollbox.rl.tasks import load_tasks
 from rollbox.server.capability import SecretPath, new_key
 from rollbox.server.local import LocalServer
 from rollbox.server.threaded import ThreadServer
-from server import TICKS, cpu_seconds, server_pid
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TARGETS = {"episodes_per_s": 20.0, "run_code_per_s": 60.0, "train_wall_s": 300.0}
@@ -176,8 +176,7 @@ def main() -> None:
     parser.add_argument("--skip-train", action="store_true", help="leave out the main job")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rollbox-bench-rl-", dir="/var/tmp"))
-    figures: dict[str, Any] = {"mode": "quick" if args.quick else "full",
-                               "machine": {"cores": os.cpu_count(), "load_before": os.getloadavg()[0]}}
+    figures: dict[str, Any] = {"mode": "quick" if args.quick else "full", "machine": machine()}
     try:
         with router(args.url, work) as url:
             figures.update(asyncio.run(episodes(url, args.quick, args.concurrency)))
@@ -187,7 +186,7 @@ def main() -> None:
             figures.update(main_job(args.quick, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    figures["machine"]["load_after"] = os.getloadavg()[0]
+    figures["machine"]["load_after"] = load()
     Console().print(table(figures))
     print(json.dumps(figures), flush=True)
 
