@@ -9,11 +9,13 @@ For the CLI (`rollbox serve`)::
           admins: Iterable[str] = (),             # tenants whose tokens may change templates and pools
           tenant_quota: int | None = None,        # claims one tenant may hold at once; None: no quota
           max_body: int = 256 MiB,                # larger request bodies answer 413
-          log_level: str = "warning") -> None
+          log_level: str = "warning",
+          delete_on_exit: bool = False) -> None  # when stopped, delete every sandbox, claim and snapshot
 
-It blocks until SIGINT/SIGTERM. Without tokens it only listens on a loopback address or a socket (it
-raises InvalidRequest otherwise). To embed the API elsewhere, `create_app(node, tokens)` gives the ASGI
-app over any `rollbox.node.Node`.
+It blocks until SIGINT/SIGTERM, then leaves its sandboxes running for the next server on `data_dir` to
+adopt (saying how many on stderr), unless `delete_on_exit`. Without tokens it only listens on a loopback
+address or a socket (it raises InvalidRequest otherwise). To embed the API elsewhere,
+`create_app(node, tokens)` gives the ASGI app over any `rollbox.node.Node`.
 """
 
 from rollbox.server.app import create_app
