@@ -9,13 +9,17 @@ as a difference. First it times the raw client's claim request against bench/htt
 from a bare ASGI app on uvicorn, over loopback TCP and over a unix socket: the floor of any Python HTTP answer on
 this machine at that moment, beside which the warm claims show the router's own share (this machine's speed
 varies from hour to hour). Those two phases time the request path alone: while they are timed, the client and
-the embedded server's event loop run on CPUs of their own (see cpus_apart), and the 64-client warm claim runs
+the embedded server's event loop run on CPUs of their own (see cpu.cpus_apart), and the 64-client warm claim runs
 once more with the two sharing the CPUs as the scheduler places them.
 
 Every phase runs through two clients: the SDK's AsyncSandboxClient (the product path) and a raw
 HTTP/1.1 keep-alive client (sockets and hand-written requests, the floor of what a client costs). It prints a
 table and, as its last line, one JSON object of every figure: latencies p50/p99 in milliseconds, rates per
 second, CPU milliseconds per operation of the server process and of this one (the embedded server only).
+
+This script runs the phases in order; they live beside it: the clients in clients.py, the warm pool in pool.py,
+the claim phases in claims.py, the command phases in commands.py, CPU time and pinning in cpu.py, the table in
+report.py, and what all benchmarks share in common.py.
 """
 
 from __future__ import annotations
