@@ -55,8 +55,8 @@ SDK_IMPORTS = ["import rollbox.client", "from rollbox import AsyncSandboxClient,
 def test_the_sdk_loads_no_module_above_the_ground_floor(statement: str) -> None:
     loaded = _modules_after(statement)
     assert "rollbox.client" in loaded
-    above = tuple(f"rollbox.{layer}" for layer in ("node", "engine", "server", "cluster", "rl", "cli"))
-    assert [m for m in loaded if m.startswith(above)] == []
+    layers = {module.split(".")[1] for module in loaded if "." in module}
+    assert layers & {"node", "engine", "server", "cluster", "rl", "cli"} == set()
 
 
 def test_the_sdk_s_keyword_arguments_are_the_wire_shapes_fields() -> None:
