@@ -19,8 +19,7 @@ import httpx
 import uvicorn
 
 from rollbox.client._http import Settings
-from rollbox.server.serve import UVICORN_OPTIONS
-from rollbox.server.threaded import private_listener
+from rollbox.server.listen import UVICORN_OPTIONS, private_listener
 
 ANSWER = (b'{"id":"0123456789abcdef","template":"rollbox-bench","warmpool":"rollbox-bench","tenant":"default",'
           b'"state":"running","created_at":1795417794.26,"expires_at":null,"idle_pause_after":null,'

@@ -4,7 +4,6 @@ streams hold their connection and dead connections are dropped. (The pool on its
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
 from collections.abc import Iterator
 
@@ -13,7 +12,7 @@ import pytest
 from rollbox import errors
 from rollbox.client import AsyncSandboxClient, SandboxClient
 from rollbox.node import LocalNode
-from rollbox.server import create_app
+from rollbox.server import create_app, listen
 from rollbox.server.threaded import ThreadServer
 from tests.support.engines import make_engine, teardown_engine
 
@@ -157,8 +156,7 @@ def test_streamed_calls_give_their_connection_back(url: str) -> None:
 
 
 def test_an_idle_connection_the_server_closed_is_not_reused(node: LocalNode, monkeypatch: pytest.MonkeyPatch) -> None:
-    serve_module = importlib.import_module("rollbox.server.serve")  # rollbox.server.serve is also the function
-    monkeypatch.setitem(serve_module.UVICORN_OPTIONS, "timeout_keep_alive", 0.2)
+    monkeypatch.setitem(listen.UVICORN_OPTIONS, "timeout_keep_alive", 0.2)
 
     async def calls(url: str) -> None:
         async with AsyncSandboxClient(url) as client:

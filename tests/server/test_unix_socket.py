@@ -17,8 +17,8 @@ import yaml
 from rollbox import errors
 from rollbox.client import AsyncSandboxClient, SandboxClient
 from rollbox.engine import Engine
+from rollbox.server.listen import MAX_SOCKET_PATH, listen_unix
 from rollbox.server.local import LocalServer
-from rollbox.server.serve import MAX_SOCKET_PATH, listen_unix
 from rollbox.server.threaded import ThreadServer
 from tests.support.engines import BASIC, leftovers, teardown_engine
 from tests.support.users import NOBODY, connect_as

@@ -35,7 +35,7 @@ from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import RollboxError
 from rollbox.rl.validation import describe
 from rollbox.server.capability import SecretPath, new_key
-from rollbox.server.serve import listen_tcp, listening, run_app
+from rollbox.server.listen import listen_tcp, listening, run_app
 
 RUN_DIR = "/tmp"
 """Where a request's code and files go, and its working directory: its own in either isolation."""

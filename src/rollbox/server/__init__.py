@@ -18,7 +18,17 @@ address or a socket (it raises InvalidRequest otherwise). To embed the API elsew
 `create_app(node, tokens)` gives the ASGI app over any `rollbox.node.Node`.
 """
 
-from rollbox.server.app import create_app
-from rollbox.server.serve import serve
+from importlib import import_module
+from typing import Any
 
 __all__ = ["create_app", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    """Loads the app (and with it the node and engine) only when asked, so that `rollbox.server.local`, the
+    embedded server, costs its users no engine."""
+    if name in __all__:
+        value = getattr(import_module(f"rollbox.server.{'app' if name == 'create_app' else 'serve'}"), name)
+        globals()[name] = value  # importing rollbox.server.serve bound the module to this name: the function wins
+        return value
+    raise AttributeError(f"module 'rollbox.server' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """The embedded server, for the main job, benchmarks and tests: `rollbox serve` in a child process (its own
 interpreter, so the server never competes with its user for the GIL), reached through the SDK like any remote
-router, and leaving nothing running when it stops.
+router (`server.url`), and leaving nothing running when it stops.
 
 It listens on a unix socket in a directory of its own (mode 0700), not on a loopback port. The server is
 open (no tokens) and runs as root: on a loopback port any local user could drive it, run commands in its
@@ -21,9 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from rollbox.client._http import Settings
 from rollbox.errors import RollboxError
-from rollbox.server.threaded import private_socket_path
+from rollbox.server.listen import private_socket_path
 
 _SERVE = "import json, sys; from rollbox.server import serve; serve(**json.loads(sys.argv[1]))"
 START_TIMEOUT = 60.0
@@ -41,9 +40,10 @@ class LocalServer:
         self.url = ""
         self._process: subprocess.Popen[bytes] | None = None
         self._run_dir: Path | None = None
+        self._socket: Path | None = None
 
     def start(self) -> LocalServer:
-        socket_path = private_socket_path()
+        socket_path = self._socket = private_socket_path()
         self._run_dir = socket_path.parent
         options = {"data_dir": str(self.data_dir), "socket": str(socket_path), "max_sandboxes": self.max_sandboxes,
                    "delete_on_exit": True}
@@ -64,9 +64,9 @@ class LocalServer:
 
     def _wait_healthy(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + START_TIMEOUT
-        settings = Settings(self.url, None, HEALTH_TIMEOUT)
-        with settings.http_client(1) as http:
-            while not _healthy(http, settings):
+        transport = httpx.HTTPTransport(uds=str(self._socket))
+        with httpx.Client(transport=transport, base_url="http://localhost", timeout=HEALTH_TIMEOUT) as http:
+            while not _healthy(http):
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RollboxError(f"the embedded server on {self.url} did not start; see its output above")
                 time.sleep(0.05)
@@ -96,9 +96,9 @@ class LocalServer:
         self.close()
 
 
-def _healthy(http: httpx.Client, settings: Settings) -> bool:
+def _healthy(http: httpx.Client) -> bool:
     try:
-        return http.send(settings.request("GET", "/healthz")).status_code == 200
+        return http.get("/healthz").status_code == 200
     except httpx.TransportError:
         return False
 

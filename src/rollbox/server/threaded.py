@@ -8,43 +8,16 @@ rollbox.server.capability.SecretPath."""
 from __future__ import annotations
 
 import contextlib
-import shutil
-import socket
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from rollbox.errors import RollboxError
-from rollbox.server.serve import UVICORN_OPTIONS, listen_tcp, listen_unix
+from rollbox.server.listen import UVICORN_OPTIONS, private_listener
 
 START_TIMEOUT = 60.0
-
-
-def private_socket_path() -> Path:
-    """A socket path in a fresh directory only this user may enter (mkdtemp makes it 0700), short enough for a
-    socket's path limit. Remove the directory when done."""
-    return Path(tempfile.mkdtemp(prefix="rollbox-")) / "router.sock"
-
-
-@contextlib.contextmanager
-def private_listener(tcp: bool = False) -> Iterator[tuple[socket.socket, str]]:
-    """A listening socket and the URL that reaches it: `router.sock` (0600) in a fresh directory only this user may
-    enter, removed on exit; with `tcp`, a free loopback port."""
-    if tcp:
-        with listen_tcp("127.0.0.1", 0) as listener:
-            yield listener, f"http://127.0.0.1:{listener.getsockname()[1]}"
-        return
-    path = private_socket_path()
-    try:
-        with listen_unix(path) as listener:
-            yield listener, f"unix://{path}"
-    finally:
-        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 class ThreadServer:
