@@ -13,7 +13,7 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,11 +30,13 @@ a thread start, which a claim every few seconds should not pay each time."""
 
 
 class Database:
-    def __init__(self, path: Path, schema: str, *, exclusive: bool = False) -> None:
+    def __init__(self, path: Path, schema: str, *, exclusive: bool = False, migrations: Sequence[str] = ()) -> None:
         """Opens (and creates) the file; `exclusive` holds it for this process alone.
 
         An exclusive file makes a second process (or a second store in this one) on it fail at
-        once instead of racing the first.
+        once instead of racing the first. `migrations` are the SQL scripts that brought earlier
+        files to `schema`, oldest first: a file written by an earlier version runs those it has not
+        seen (its `user_version` counts them), so a data directory outlives an upgrade.
         """
         self.path = path
         self._held = _hold(path) if exclusive else None
@@ -43,7 +45,9 @@ class Database:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA wal_autocheckpoint=0")  # the checkpoint thread's job
+            _migrate(self._db, migrations)
             self._db.executescript(schema)
+            self._db.execute(f"PRAGMA user_version={len(migrations)}")
         except sqlite3.OperationalError as error:
             self._db.close()
             if self._held is not None:
@@ -114,6 +118,16 @@ class Database:
                     checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:
             checkpointer.close()
+
+
+def _migrate(db: sqlite3.Connection, migrations: Sequence[str]) -> None:
+    """Runs the migrations a file written earlier has not seen, each in a transaction of its own; a new file
+    needs none."""
+    if db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None:
+        return
+    seen = db.execute("PRAGMA user_version").fetchone()[0]
+    for number, script in enumerate(migrations[seen:], start=seen + 1):
+        db.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version={number};\nCOMMIT;")
 
 
 def _hold(path: Path) -> int:

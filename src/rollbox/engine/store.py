@@ -24,6 +24,16 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     id TEXT PRIMARY KEY, record TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+MIGRATIONS = (
+    # 1: the `lifetime` limit of templates and containers is `shutdown_after`
+    """UPDATE templates SET spec = json_set(json_remove(spec, '$.spec.limits.lifetime'),
+                                           '$.spec.limits.shutdown_after', json_extract(spec, '$.spec.limits.lifetime'))
+       WHERE json_type(spec, '$.spec.limits.lifetime') IS NOT NULL;
+       UPDATE sandboxes SET record = json_set(json_remove(record, '$.limits.lifetime'),
+                                              '$.limits.shutdown_after', json_extract(record, '$.limits.lifetime'))
+       WHERE json_type(record, '$.limits.lifetime') IS NOT NULL;""",
+)
+"""What brought a store written by an earlier version to SCHEMA (see Database)."""
 
 
 @dataclass
@@ -91,7 +101,7 @@ class ContainerRecord:
 class Store(Database):
     def __init__(self, path: Path) -> None:
         # One engine per data directory: a second one's recovery would restart or remove the first's containers.
-        super().__init__(path, SCHEMA, exclusive=True)
+        super().__init__(path, SCHEMA, exclusive=True, migrations=MIGRATIONS)
 
     def meta(self, key: str, default: str) -> str:
         with self.transaction() as db:

@@ -20,12 +20,22 @@ CREATE TABLE IF NOT EXISTS pool_containers (container_id TEXT PRIMARY KEY, pool 
 CREATE TABLE IF NOT EXISTS snapshots (
     tenant TEXT NOT NULL, name TEXT NOT NULL, source TEXT, PRIMARY KEY (tenant, name));
 """
+MIGRATIONS = (
+    # 1: a claim names the tenant's sandbox id and the engine's container id apart (they were `id` and `sandbox_id`)
+    """ALTER TABLE claims RENAME COLUMN id TO sandbox_id;
+       UPDATE claims SET record = json_set(json_remove(record, '$.id', '$.sandbox_id'),
+                                           '$.sandbox_id', json_extract(record, '$.id'),
+                                           '$.container_id', json_extract(record, '$.sandbox_id'));
+       ALTER TABLE pool_sandboxes RENAME TO pool_containers;
+       ALTER TABLE pool_containers RENAME COLUMN sandbox_id TO container_id;""",
+)
+"""What brought a store written by an earlier version to SCHEMA (see Database)."""
 
 
 class NodeStore(Database):
     def __init__(self, path: Path) -> None:
         # One node per data directory: the file is held exclusively.
-        super().__init__(path, SCHEMA, exclusive=True)
+        super().__init__(path, SCHEMA, exclusive=True, migrations=MIGRATIONS)
 
     # -- claims -----------------------------------------------------------------------------
 
