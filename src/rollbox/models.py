@@ -16,6 +16,8 @@ from rollbox.spec import parse_seconds
 
 MAX_FORK = 64
 """The most sandboxes one fork makes."""
+MAX_EXEC_TIMEOUT = 365 * 86400.0
+"""The longest a command's timeout may be: past any run, within the agent's milliseconds and a socket's timeout."""
 
 PositiveSeconds = Annotated[float, BeforeValidator(parse_seconds), Field(gt=0)]
 SandboxState = Literal["running", "paused", "stopped"]
@@ -48,7 +50,7 @@ class ExecRequest(Request):
     """One command. A string runs under `/bin/sh -c`; a list is the argv."""
 
     command: str | list[str]
-    timeout: float | None = Field(None, gt=0)
+    timeout: float | None = Field(None, gt=0, le=MAX_EXEC_TIMEOUT)
     env: dict[str, str] | None = None
     cwd: str | None = None
     user: str | None = None

@@ -7,6 +7,7 @@ reads naturally next to agent-sandbox manifests. Every layer shares these models
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -62,13 +63,22 @@ def parse_cpu(value: Any) -> float:
 
 
 def parse_seconds(value: Any) -> float:
-    """Turns `30s`, `5m`, `250ms` or a plain number of seconds into seconds."""
+    """Turns `30s`, `5m`, `250ms` or a plain number of seconds into seconds. A number past a float's range is
+    refused here: let through, it overflowed (a 500) or became an infinity wherever it was next used."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a duration: use seconds or a unit (ms, s, m, h)")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        number, unit = value, ""
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a duration: use seconds or a unit (ms, s, m, h)")
+        number, unit = match.group(1), match.group(2)
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ValueError("a duration must be a finite number of seconds")
+    return seconds
 
 
 Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(gt=0)]

@@ -13,6 +13,17 @@ from rollbox.models import ErrorBody
 from rollbox.server.routing import REQUIRED, RouteSpec
 
 _TYPES = {str: "string", int: "integer", bool: "boolean", float: "number"}
+_FAILURES = {
+    400: "invalid_request: a value the server cannot use (the message says which and why)",
+    401: "unauthorized: no token, or one the server does not know",
+    403: "forbidden: only the server's admins may do this",
+    404: "not found: no such sandbox, template, warm pool, snapshot or file",
+    409: "conflict: the sandbox is paused or stopped, or the resource is in use or exists already",
+    413: "too_large: the body is over the server's limit",
+    422: "invalid_request: malformed JSON, or a missing or mistyped field or query parameter",
+    429: "capacity_exceeded: no room for another sandbox on the node or in the tenant's quota",
+}
+"""What a client can get wrong, by status; a 5xx is the server's own failure and never documented."""
 
 
 def document(specs: list[RouteSpec], title: str, version: str, description: str) -> dict[str, Any]:
@@ -40,9 +51,10 @@ def _operation(spec: RouteSpec) -> dict[str, Any]:
     parameters += [{"name": q.name, "in": "query", "required": q.default is REQUIRED,
                     "schema": {"type": _TYPES[q.type]} | ({} if q.default is REQUIRED else {"default": q.default})}
                    for q in spec.query]
-    failure = {"description": "an error", "content": {"application/json": {"schema": _ref(ErrorBody)}}}
-    operation: dict[str, Any] = {"operationId": spec.handler.__name__, "summary": summary,
-                                 "responses": {str(spec.status): _answer(spec.answer), "default": failure}}
+    responses = {str(spec.status): _answer(spec.answer)}
+    responses.update((str(status), {"description": _FAILURES[status], "content": {
+        "application/json": {"schema": _ref(ErrorBody)}}}) for status in _failures(spec))
+    operation: dict[str, Any] = {"operationId": spec.handler.__name__, "summary": summary, "responses": responses}
     if parameters:
         operation["parameters"] = parameters
     if spec.body is bytes:
@@ -53,6 +65,15 @@ def _operation(spec: RouteSpec) -> dict[str, Any]:
     if spec.auth:
         operation["security"] = [{"bearer": []}]
     return operation
+
+
+def _failures(spec: RouteSpec) -> list[int]:
+    """The error statuses an operation can answer, from what it takes."""
+    named = "{" in spec.path or spec.body is not None  # a sandbox, template, warm pool or snapshot, by name
+    makes = spec.method == "POST" and spec.path.startswith("/v1/sandboxes")  # may start a sandbox
+    flags = {400: True, 401: spec.auth, 403: spec.admin, 404: named, 409: "{" in spec.path,
+             413: spec.body is not None, 422: spec.body is not None or bool(spec.query), 429: makes}
+    return [status for status, applies in flags.items() if applies]
 
 
 def _answer(answer: Any) -> dict[str, Any]:
