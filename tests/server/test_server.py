@@ -21,6 +21,7 @@ import pytest
 
 from rollbox.engine import Engine
 from tests.support.engines import BASIC, teardown_engine
+from tests.support.servers import wait_until_serving
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token", "carol": "carol-token"}
 TEMPLATE = {"apiVersion": "rollbox.dev/v1alpha1", "kind": "SandboxTemplate", **BASIC}
@@ -46,16 +47,7 @@ class Server:
     def start(self) -> None:
         code = "import json, sys; from rollbox.server import serve; serve(**json.loads(sys.argv[1]))"
         self.process = subprocess.Popen([sys.executable, "-c", code, json.dumps(self.options)])
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.process.poll() is None, "the server exited at start"
-            try:
-                if httpx.get(f"{self.url}/healthz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.05)
+        wait_until_serving(self.url, self.process)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         assert self.process is not None

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+import httpx
 
 from rollbox.client import SandboxClient
 from rollbox.engine import Engine
@@ -30,6 +34,18 @@ def router(root: Path, tokens: dict[str, str] | None = None, admins: tuple[str, 
     finally:
         node.close()
         teardown_engine(engine)
+
+
+def wait_until_serving(url: str, process: subprocess.Popen[bytes], what: str = "the server") -> None:
+    """Waits for a server started as `process` to answer `url`/healthz (a minute at most)."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert process.poll() is None, f"{what} exited at start"
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        assert time.monotonic() < deadline, f"{what} did not come up"
+        time.sleep(0.05)
 
 
 def example_tasks() -> list[Task]:
