@@ -311,10 +311,10 @@ EDGE_BODIES = [b"", b"null", b"[]", b"0", b'"x"', b"{", b"\xff\xfe{}", b"\xef\xb
 EDGE_BYTES = [b"", b"\0" * 1024, bytes(range(256)) * 4096, b"ustar" + b"\xff" * 600]
 """Raw bodies at the edges: empty, zeros, a megabyte of every byte, a broken tar header."""
 EDGE_TEXT = ["", "\0", "%00", "-1", "0", "99999999999999999999999", "1e400", "NaN", "-Infinity", "true", "..",
-             "../../../tmp/up", "/" * 4096, "a" * 20_000, "é漢字🙂", "\udcff", " ", "a/b", "%2e%2e"]
-"""Query and path values at the edges (\\udcff goes out as a lone, invalid UTF-8 byte). The climb ends in /tmp,
-not at /etc/passwd: removed and made again as a directory, it keeps runc from restarting the sandbox (snapshot
-and fork then answer 503), which is the engine's to settle."""
+             "../../../etc/passwd", "/" * 4096, "a" * 20_000, "é漢字🙂", "\udcff", " ", "a/b", "%2e%2e"]
+"""Query and path values at the edges (\\udcff goes out as a lone, invalid UTF-8 byte). The climb ends at
+/etc/passwd, which the run removes and makes again as a directory: fork and snapshot must then refuse (409), not
+fail (it kept runc from starting the sandbox again, a 503 that lost the sandbox)."""
 VALID_BODIES = {"create_sandbox": {"warmpool": "basic-pool"}, "exec_command": {"command": "true"},
                 "exec_stream": {"command": "true"}, "fork_sandbox": {"count": 1},
                 "snapshot_sandbox": {"name": "edge"}, "apply": {"documents": []}}

@@ -10,7 +10,7 @@ import pytest
 
 from rollbox.engine import Container, Engine
 from rollbox.engine.engine import FORK_COPY_BYTES
-from rollbox.errors import InvalidRequest, SandboxNotFound, SandboxNotRunning, SnapshotNotFound
+from rollbox.errors import Conflict, InvalidRequest, SandboxNotFound, SandboxNotRunning, SnapshotNotFound
 from rollbox.spec import Limits
 from tests.support.engines import template_for
 
@@ -76,6 +76,31 @@ def test_repeated_forks_stack_layers_and_clean_up(engine: Engine, sandbox: Conta
 def test_fork_count_is_bounded(sandbox: Container) -> None:
     with pytest.raises(InvalidRequest):
         sandbox.fork(0)
+
+
+@pytest.mark.parametrize("breakage", ["a directory", "a link to a directory"])
+def test_fork_and_snapshot_refuse_a_root_the_runtime_could_not_start_and_lose_nothing(
+        engine: Engine, sandbox: Container, breakage: str) -> None:
+    """The tenant may remove /etc/passwd and put a directory there (the files API acts as root in the sandbox).
+    The OCI runtime then cannot start a container over those files: fork and snapshot, which start some, are
+    refused before the container stops, and it runs on with everything it had."""
+    sandbox.exec("echo kept > note.txt")
+    sandbox.files.remove("/etc/passwd")
+    if breakage == "a directory":
+        sandbox.files.mkdir("/etc/passwd")
+    else:
+        sandbox.files.symlink("/etc/passwd", "/var")
+    for operation in (lambda: sandbox.fork(1), lambda: sandbox.snapshot("broken-accounts")):
+        with pytest.raises(Conflict, match=r"/etc/passwd is not a file.*make it a file again") as caught:
+            operation()
+        assert sandbox.id not in str(caught.value), "the message names no container id"
+    assert sandbox.exec("cat note.txt").stdout == "kept\n", "the container runs on, with its files"
+    assert len(engine.list()) == len({info.id for info in engine.list()})
+    sandbox.files.remove("/etc/passwd")
+    sandbox.files.write("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n")
+    [child] = sandbox.fork(1)
+    with child:
+        assert child.exec("cat note.txt").stdout == "kept\n"
 
 
 def test_snapshot_is_a_start_point_for_new_sandboxes(engine: Engine, sandbox: Container) -> None:

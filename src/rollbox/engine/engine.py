@@ -34,7 +34,7 @@ from rollbox.engine.runtimes import Runtime
 from rollbox.engine.store import ContainerRecord, Image, Store
 from rollbox.engine.templates import Templates
 from rollbox.errors import InvalidRequest, SandboxNotFound, SnapshotNotFound
-from rollbox.models import ExecResult, SandboxStats, SnapshotInfo
+from rollbox.models import MAX_FORK, ExecResult, SandboxStats, SnapshotInfo
 from rollbox.spec import Limits, SandboxTemplate
 
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox")
@@ -234,10 +234,11 @@ class Engine:
         files are copied. A larger one has its upper frozen in place as a layer the children share, at a
         cost independent of its size, and restarts over it too (its processes do not carry over).
         """
-        if not 1 <= count <= 64:
-            raise InvalidRequest("fork count must be between 1 and 64")
+        if not 1 <= count <= MAX_FORK:
+            raise InvalidRequest(f"fork count must be between 1 and {MAX_FORK}")
         with self._locked(container_id):
             parent = self._record(container_id)
+            self.launcher.check_startable(parent, "fork")
             copied = self.layers.upper_bytes(parent.upper) <= FORK_COPY_BYTES
             image = parent.image if copied else self._freeze_upper(parent)
             children = [self._new_record(parent.template, parent.runtime, image, Limits(**parent.limits),
@@ -268,6 +269,7 @@ class Engine:
         """Saves the container's files under `name`; new containers can start from it."""
         with self._locked(container_id):
             record = self._record(container_id)
+            self.launcher.check_startable(record, "snapshot")
             image = self._freeze_upper(record)
             now = time.time()
             self.store.put_snapshot(name, record.template, image, record.id, now)

@@ -19,7 +19,7 @@ from contextlib import contextmanager, suppress
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
-from rollbox.errors import Conflict, FileNotFound, InvalidPath, InvalidRequest, TooLarge
+from rollbox.errors import Conflict, FileNotFound, InvalidPath, InvalidRequest, RollboxError, TooLarge
 from rollbox.models import FileInfo
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -191,6 +191,16 @@ class ContainerFiles:
                 return True
         except FileNotFound:
             return False
+
+    def kind(self, path: str) -> str | None:
+        """What `path` is once its links are followed inside the root: "file", "dir" or "other"; None where nothing
+        can be opened there (absent, a dangling or looping link), as a program inside the container would find."""
+        try:
+            with self._open(path, os.O_PATH) as fd:
+                mode = os.fstat(fd).st_mode
+        except RollboxError:
+            return None
+        return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
 
     def stat(self, path: str) -> FileInfo:
         with self._parent(path) as (parent, name):

@@ -20,15 +20,19 @@ from pathlib import Path
 from rollbox.engine import mounts
 from rollbox.engine.agent_client import AgentClient
 from rollbox.engine.cgroups import Cgroups
+from rollbox.engine.files import ContainerFiles
 from rollbox.engine.hostbase import host_binds
 from rollbox.engine.layers import SKELETON, LayerStore, remove_tree
 from rollbox.engine.network import Networks
 from rollbox.engine.oci import AGENT_PATH, AGENT_SOCKET_DIR, COMPAT_PATH, Bind, ContainerConfig, container_spec
 from rollbox.engine.runtimes import AGENT_FD, Runtime, make_runtime
 from rollbox.engine.store import ContainerRecord
-from rollbox.errors import SandboxNotRunning
+from rollbox.errors import Conflict, SandboxNotRunning
 from rollbox.models import SandboxStats
 from rollbox.spec import Limits, Network
+
+ACCOUNTS_FILES = ("/etc/passwd", "/etc/group")
+"""What the OCI runtime reads in a container's root to start it."""
 
 
 class Launcher:
@@ -106,6 +110,16 @@ class Launcher:
             if listener:
                 listener.close()
         self.agent_client(record).wait_ready()
+
+    def check_startable(self, record: ContainerRecord, operation: str) -> None:
+        """Refuses an `operation` that would start the container again (or others over its files) where the
+        runtime could not: it reads the accounts files in the root to start one, and fails on anything but a file
+        there. Checked before the container stops, so that nothing of it is lost."""
+        files = ContainerFiles(str(self.rootfs(record.id)), record.home, record.uid, record.gid, 0)
+        for path in ACCOUNTS_FILES:
+            if files.kind(path) not in (None, "file"):
+                raise Conflict(f"the sandbox's {path} is not a file, so it could not be started again for a "
+                               f"{operation}: make it a file again (or remove it), or reset the sandbox")
 
     def stop(self, record: ContainerRecord) -> None:
         """Kills the container and unmounts its root filesystem; the upper stays."""
