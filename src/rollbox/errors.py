@@ -27,7 +27,8 @@ rollbox's own (a proxy's 502).
     ├── BuildFailed (422 build_failed)                 a template step failed
     ├── TaskSetupFailed (422 task_setup_failed)        an RL task's own setup failed
     ├── RuntimeUnavailable (503 runtime_unavailable)
-    ├── NodeUnavailable (503 node_unavailable)
+    ├── NodeUnavailable (503 node_unavailable)         a node agent that does not answer (yet)
+    ├── NodeLost (410 node_lost)                       the sandbox's node left the cluster
     └── ConnectionFailed (503 connection_failed)       the SDK could not reach the router
 """
 
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidRequest",
     "InvalidResource",
     "MethodNotAllowed",
+    "NodeLost",
     "NodeUnavailable",
     "NotFound",
     "RollboxError",
@@ -185,8 +187,17 @@ class RuntimeUnavailable(RollboxError):
 
 
 class NodeUnavailable(RollboxError):
+    """A node agent that does not answer: restarting, or cut off. Worth a retry."""
+
     code = "node_unavailable"
     status = 503
+
+
+class NodeLost(RollboxError):
+    """The node serving the sandbox left the cluster, and the sandbox with it: claim a new one. Not retried."""
+
+    code = "node_lost"
+    status = 410
 
 
 class ConnectionFailed(RollboxError):

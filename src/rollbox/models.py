@@ -161,6 +161,10 @@ class Health(BaseModel):
     """`GET /healthz`: needs no token."""
 
     status: str
+    node: str | None = None
+    """The node's name, when it is a node agent of a cluster."""
+    nodes: dict[str, Any] | None = None
+    """A cluster's router: each node's name and state."""
     sandboxes: int = 0
     max_sandboxes: int | None = None
     """The most sandboxes the node runs (claimed, warm and starting); None from a server that does not say."""

@@ -42,7 +42,7 @@ def url(node: LocalNode, request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def opened(client: AsyncSandboxClient) -> int:
-    return client._transport.connections_opened
+    return client._exchange.transport.connections_opened
 
 
 def test_many_concurrent_calls_share_fewer_connections(url: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
@@ -75,6 +75,7 @@ class StreamCall(Generic[T]):
     reader: Reader[T]
     body: str
     wait: float | None = None
+    headers: dict[str, str] = field(default_factory=lambda: JSON)
 
     def answer(self) -> StreamAnswer[T]:
         return StreamAnswer(self)
@@ -217,6 +218,11 @@ def delete_snapshot(name: str) -> Call[None]:
 def apply(source: Source, on_progress: ProgressCallback | None) -> StreamCall[list[ApplyEvent]]:
     """Validates the resources here, so a typo fails before anything is sent."""
     resources, context_dir = _load(source)
+    return apply_resources(resources, context_dir, on_progress)
+
+
+def apply_resources(resources: list[spec.Resource], context_dir: str | None,
+                    on_progress: ProgressCallback | None) -> StreamCall[list[ApplyEvent]]:
     documents = [resource.model_dump(mode="json", by_alias=True, exclude_unset=True) for resource in resources]
     body = ApplyRequest(documents=documents, context_dir=context_dir)
     return StreamCall("POST", "/v1/apply", ApplyReader(on_progress), _dump(body))
@@ -274,7 +280,11 @@ def _sandbox(sandbox_id: str, tail: str = "") -> str:
 
 
 def create_sandbox(options: ClaimOptions) -> Call[SandboxInfo]:
-    return _post("/v1/sandboxes", _SANDBOX, _body(ClaimRequest, **options))
+    return claim(_body(ClaimRequest, **options))
+
+
+def claim(request: ClaimRequest) -> Call[SandboxInfo]:
+    return _post("/v1/sandboxes", _SANDBOX, request)
 
 
 def list_sandboxes() -> Call[list[SandboxInfo]]:
@@ -317,6 +327,11 @@ def exec_command(sandbox_id: str, command: Command, *, on_stdout: OutputCallback
                  on_stderr: OutputCallback | None = None, **options: Any) -> Call[ExecResult] | StreamCall[ExecResult]:
     """A plain call, or a streamed one when the caller wants output as it is produced."""
     request = _body(ExecRequest, command=command if isinstance(command, str) else list(command), **options)
+    return run(sandbox_id, request, on_stdout, on_stderr)
+
+
+def run(sandbox_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None) -> Call[ExecResult] | StreamCall[ExecResult]:
     body = _dump(request)
     if on_stdout or on_stderr:
         return StreamCall("POST", _sandbox(sandbox_id, "/exec/stream"), ExecReader(on_stdout, on_stderr), body,
@@ -377,11 +392,15 @@ def mkdir(sandbox_id: str, path: str) -> Call[None]:
 
 
 def upload_dir(sandbox_id: str, local_dir: str | os.PathLike[str], remote_dir: str) -> Call[int]:
+    return upload_archive(sandbox_id, remote_dir, _archive.pack(local_dir))
+
+
+def upload_archive(sandbox_id: str, remote_dir: str, archive: bytes) -> Call[int]:
     def parse(answer: Answer) -> int:
         return _ARCHIVE(answer).entries
 
-    return Call("PUT", _sandbox(sandbox_id, "/files/archive"), parse, params={"path": remote_dir},
-                body=_archive.pack(local_dir), headers=_BINARY, idempotent=True)
+    return Call("PUT", _sandbox(sandbox_id, "/files/archive"), parse, params={"path": remote_dir}, body=archive,
+                headers=_BINARY, idempotent=True)
 
 
 def download_dir(sandbox_id: str, remote_dir: str, local_dir: str | os.PathLike[str]) -> Call[None]:
@@ -389,3 +408,7 @@ def download_dir(sandbox_id: str, remote_dir: str, local_dir: str | os.PathLike[
         _archive.unpack(_content(answer), local_dir)
 
     return _get(_sandbox(sandbox_id, "/files/archive"), parse, {"path": remote_dir})
+
+
+def download_archive(sandbox_id: str, remote_dir: str) -> Call[bytes]:
+    return _get(_sandbox(sandbox_id, "/files/archive"), _content, {"path": remote_dir})

@@ -12,9 +12,10 @@ import httpx
 
 from rollbox import errors
 from rollbox.client import _calls as calls
-from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Answer, Settings, connection_failed, error_from
+from rollbox.client._exchange import Exchange
+from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
-from rollbox.client._transport import PoolTransport, Reply
+from rollbox.client._transport import PoolTransport
 from rollbox.models import (
     ApplyEvent,
     ExecResult,
@@ -39,8 +40,9 @@ class AsyncSandboxClient:
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                  max_connections: int = 256) -> None:
         self._settings = Settings(base_url, token, timeout)
-        self._transport = PoolTransport(self._settings.origin, self._settings.limits(max_connections),
-                                        socket=self._settings.socket)
+        self._exchange = Exchange(self._settings, PoolTransport(self._settings.origin,
+                                                                self._settings.limits(max_connections),
+                                                                socket=self._settings.socket))
 
     @property
     def base_url(self) -> str:
@@ -107,53 +109,26 @@ class AsyncSandboxClient:
     # -- transport ---------------------------------------------------------------------------
 
     async def _send(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
-        if isinstance(call, calls.StreamCall):
-            return await self._stream(call)
-        for delay in RETRY_DELAYS if call.idempotent else ():
-            try:
-                response = await self._request(call)
-            except httpx.TransportError:
-                pass
-            else:
-                if response.status_code != 503:
-                    return call.parse(response)
-            await asyncio.sleep(delay)
+        exchange = self._exchange
         try:
-            response = await self._request(call)
+            if isinstance(call, calls.StreamCall):
+                return await exchange.streamed(call)
+            for delay in RETRY_DELAYS if call.idempotent else ():
+                try:
+                    response = await exchange.whole(call)
+                except httpx.TransportError:
+                    pass
+                else:
+                    if response.status_code != 503:
+                        return call.parse(response)
+                await asyncio.sleep(delay)
+            response = await exchange.whole(call)
         except httpx.TransportError as error:
             raise connection_failed(self.base_url, call.method, call.path, error) from error
         return call.parse(response)
 
-    async def _request(self, call: calls.Call[T]) -> Answer:
-        """The call sent straight to the pool, as bytes: every SDK call goes to the router, so an httpx client's
-        routing, redirects, auth and cookies, and its request and response models, would only cost CPU."""
-        request = self._settings.written(call.method, call.path, params=call.params, content=call.body,
-                                         headers=call.headers)
-        return await self._answer(call, await self._transport.send(request, self._settings.timeouts(call.wait)))
-
-    async def _stream(self, call: calls.StreamCall[T]) -> T:
-        request = self._settings.written(call.method, call.path, content=call.body, headers=calls.JSON)
-        try:
-            reply = await self._transport.send(request, self._settings.timeouts(call.wait))
-            try:
-                if not reply.is_success:
-                    raise error_from(await self._answer(call, reply))
-                answer = call.answer()
-                async for line in reply.lines():
-                    answer.feed(line)
-                return answer.result()
-            finally:
-                reply.close()
-        except httpx.TransportError as error:
-            raise connection_failed(self.base_url, call.method, call.path, error) from error
-
-    async def _answer(self, call: calls.Call[T] | calls.StreamCall[T], reply: Reply) -> Answer:
-        """The reply read whole, as the calls read answers; its path is the one sent, as the sync client's is."""
-        return Answer(call.method, self._settings.target(call.path), reply.status_code, reply.reason_phrase,
-                      await reply.read())
-
     async def close(self) -> None:
-        await self._transport.aclose()
+        await self._exchange.aclose()
 
     async def __aenter__(self) -> AsyncSandboxClient:
         return self

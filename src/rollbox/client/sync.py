@@ -126,7 +126,8 @@ class SandboxClient:
                                                                 wait=call.wait)))
 
     def _stream(self, call: calls.StreamCall[T]) -> T:
-        request = self._settings.request(call.method, call.path, content=call.body, headers=calls.JSON, wait=call.wait)
+        request = self._settings.request(call.method, call.path, content=call.body, headers=call.headers,
+                                         wait=call.wait)
         try:
             with contextlib.closing(self._http.send(request, stream=True)) as response:
                 if not response.is_success:

@@ -62,12 +62,15 @@ class LocalNode:
 
     `max_sandboxes` caps every container on the node (claimed, warm, starting, being deleted);
     `tenant_quota` caps the sandboxes one tenant holds at once; `cold_starts` caps the claims starting a
-    container at the same time (the others wait their turn).
+    container at the same time (the others wait their turn). A node of a cluster has a `name`, which starts
+    every sandbox id it gives out (`<name>-<hex>`), so that any router can tell which node serves a sandbox.
     """
 
     def __init__(self, engine: Engine, *, max_sandboxes: int = 64, tenant_quota: int | None = None,
-                 cold_starts: int = 8, tick: float = 0.2) -> None:
+                 cold_starts: int = 8, tick: float = 0.2, name: str | None = None) -> None:
         self.engine = engine
+        self.name = name
+        self._id_prefix = f"{name}-" if name else ""
         self.store = NodeStore(engine.data_dir / "node.db")
         self.lock = threading.Lock()
         """Guards `claimed` and every claim's `busy` and `paused`."""
@@ -118,7 +121,7 @@ class LocalNode:
             try:
                 now = time.time()
                 claim = Claim(
-                    sandbox_id=secrets.token_hex(8), tenant=tenant, container_id=container_id, created_at=now,
+                    sandbox_id=self._new_id(), tenant=tenant, container_id=container_id, created_at=now,
                     template=template or self.engine.info(container_id).template, warmpool=request.warmpool,
                     snapshot=request.snapshot, shutdown_after=request.shutdown_after,
                     expires_at=now + request.shutdown_after if request.shutdown_after else None,
@@ -156,6 +159,9 @@ class LocalNode:
             except (SandboxNotFound, OSError):  # deleted meanwhile, or out of descriptors: nothing to tell
                 pass
         return info
+
+    def _new_id(self) -> str:
+        return self._id_prefix + secrets.token_hex(8)
 
     def _get(self, tenant: str, sandbox_id: str) -> Claim:
         claim = self.claimed.get(sandbox_id)
@@ -292,7 +298,7 @@ class LocalNode:
                 raise
             now, idle_clock = time.time(), time.monotonic()
             children = [Claim(
-                sandbox_id=secrets.token_hex(8), tenant=parent.tenant, container_id=container.id,
+                sandbox_id=self._new_id(), tenant=parent.tenant, container_id=container.id,
                 template=parent.template, created_at=now, warmpool=parent.warmpool, snapshot=parent.snapshot,
                 shutdown_after=parent.shutdown_after,
                 expires_at=now + parent.shutdown_after if parent.shutdown_after else None,
@@ -380,8 +386,19 @@ class LocalNode:
         pools = {pool.name: {"template": pool.template, "replicas": pool.resource.spec.replicas,
                              "ready": len(pool.ready), "starting": pool.starting}
                  for pool in self.resources.pools.values()}
-        return {"sandboxes": self.capacity.count, "max_sandboxes": self.capacity.max_sandboxes,
+        named = {"node": self.name} if self.name else {}
+        return {**named, "sandboxes": self.capacity.count, "max_sandboxes": self.capacity.max_sandboxes,
                 "claims": len(self.claimed), "pools": pools}
+
+    async def forget_claims(self) -> int:
+        """Deletes every claim and its sandbox: the cluster declared them lost while this node was away, and their
+        tenants were told so. Returns how many went."""
+        with self.lock:
+            claims = list(self.claimed.values())
+        for claim in claims:
+            with contextlib.suppress(SandboxNotFound):
+                await self.delete(claim.tenant, claim.sandbox_id)
+        return len(claims)
 
     def close(self) -> None:
         """Stops background work and waits for it. Containers and claims stay for the next node."""

@@ -13,7 +13,7 @@ from rollbox._version import __version__
 from rollbox.errors import RollboxError
 from rollbox.node import Node
 from rollbox.server import openapi, resources, sandboxes
-from rollbox.server.auth import Tenants
+from rollbox.server.auth import ClusterSecret, Tenants
 from rollbox.server.limits import BodyLimit
 from rollbox.server.metrics import Metrics
 from rollbox.server.responses import error_response, json_response
@@ -28,11 +28,12 @@ DESCRIPTION = "Isolated, stateful sandboxes for RL training of code agents. The 
 
 
 def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iterable[str] = (),
-               max_body: int = DEFAULT_MAX_BODY) -> ASGIApp:
+               max_body: int = DEFAULT_MAX_BODY, cluster_secret: str | None = None) -> ASGIApp:
     """The HTTP API of docs/api.md over `node`; `tokens` maps tenants to bearer tokens (None: open), and
-    `admins` names the tenants that may change templates and warm pools."""
+    `admins` names the tenants that may change templates and warm pools. With `cluster_secret` it is a node
+    agent's API instead: only routers holding the secret may call, each call acting for a tenant it names."""
     metrics = Metrics()
-    routes = Routes(Tenants(tokens, admins))
+    routes = Routes(ClusterSecret(cluster_secret) if cluster_secret is not None else Tenants(tokens, admins))
     sandboxes.add_routes(routes, node, metrics)
     resources.add_routes(routes, node)
 

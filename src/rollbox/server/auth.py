@@ -1,4 +1,4 @@
-"""Bearer tokens to tenants, and which tenants administer the server.
+"""Bearer tokens to tenants, and which tenants administer the server; or, on a node agent, the cluster secret.
 
 With no tokens configured, every caller is the tenant `default`, which is then the admin.
 Templates and warm pools belong to the admins: a template decides what code every sandbox made
@@ -9,11 +9,16 @@ allowed to apply one could plant code in other tenants' sandboxes or read the ho
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Iterable
 
 from rollbox.errors import Forbidden, InvalidRequest, Unauthorized
 
 OPEN_TENANT = "default"
+MIN_SECRET = 16
+"""Characters a cluster secret has at least."""
+TENANT_HEADER = "x-rollbox-tenant"
+"""Names the tenant a router acts for, in its calls to a node agent."""
 
 
 class Tenants:
@@ -40,8 +45,8 @@ class Tenants:
             raise InvalidRequest(f"admin {missing[0]!r} has no token: give it one (--token {missing[0]}=TOKEN)")
         self.admins = frozenset({OPEN_TENANT}) if self.open else admins
 
-    def tenant(self, authorization: str | None) -> str:
-        """The tenant of an `Authorization` header's value."""
+    def tenant(self, authorization: str | None, acting_for: str | None = None) -> str:
+        """The tenant of an `Authorization` header's value (`acting_for` counts only on a node agent)."""
         if self.open:
             return OPEN_TENANT
         scheme, _, token = (authorization or "").partition(" ")
@@ -60,3 +65,27 @@ class Tenants:
 
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
+
+
+class ClusterSecret:
+    """A node agent's callers: routers holding the cluster secret, each call acting for the tenant it names
+    (TENANT_HEADER). The router has authenticated that tenant and checked its admin rights, so here every
+    caller with the secret may do what any tenant may."""
+
+    def __init__(self, secret: str) -> None:
+        if len(secret) < MIN_SECRET:
+            raise InvalidRequest(f"the cluster secret has {len(secret)} characters: give at least {MIN_SECRET} "
+                                 "(for instance `openssl rand -hex 32`)")
+        self._digest = _digest(secret)
+        self.open = False
+
+    def tenant(self, authorization: str | None, acting_for: str | None = None) -> str:
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(_digest(token.strip()), self._digest):
+            raise Unauthorized("a node agent answers only its cluster's routers: send the cluster secret")
+        if not acting_for:
+            raise Unauthorized(f"say which tenant the call is for in the {TENANT_HEADER} header")
+        return acting_for
+
+    def require_admin(self, tenant: str) -> None:
+        """The router checked."""

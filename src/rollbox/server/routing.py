@@ -23,7 +23,7 @@ from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
 
 from rollbox.errors import MethodNotAllowed, NotFound, UnprocessableBody
-from rollbox.server.auth import Tenants
+from rollbox.server.auth import ClusterSecret, Tenants
 
 Handler = Callable[..., Awaitable[Response]]
 Endpoint = Callable[[Scope, Receive, dict[str, Any]], Awaitable[Response]]
@@ -75,7 +75,7 @@ class RouteSpec:
 class Routes:
     """Collects route specs; `app()` turns them into the ASGI app that parses what each spec declares."""
 
-    def __init__(self, tenants: Tenants) -> None:
+    def __init__(self, tenants: Tenants | ClusterSecret) -> None:
         self.tenants = tenants
         self.specs: list[RouteSpec] = []
 
@@ -98,7 +98,8 @@ class Routes:
 
         async def endpoint(scope: Scope, receive: Receive, args: dict[str, Any]) -> Response:
             if auth:
-                args["tenant"] = tenant = tenants.tenant(_header(scope, b"authorization"))
+                args["tenant"] = tenant = tenants.tenant(_header(scope, b"authorization"),
+                                                         _header(scope, b"x-rollbox-tenant"))
                 if admin:
                     tenants.require_admin(tenant)
             if query:
