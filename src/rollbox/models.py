@@ -155,6 +155,8 @@ class WarmPoolInfo(BaseModel):
     """Ready sandboxes it keeps now: `replicas`, raised towards `max_replicas` by recent bursts of claims."""
     ready: int
     starting: int
+    labels: dict[str, str] = Field(default_factory=dict)
+    refill_concurrency: int = 2
 
 
 class Health(BaseModel):

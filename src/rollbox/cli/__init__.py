@@ -1,6 +1,6 @@
 """The `rollbox` command: run the router, apply resources, look at them, drive sandboxes.
 
-A module per group of commands. Everything but `serve`, `down` and `demo` stands on the SDK alone, so what works
+A module per group of commands. Everything but `serve`, `node`, `down` and `demo` stands on the SDK alone, so what works
 here works in a trainer; those three load the server, node and engine, and `fusion` the RL layer's gateway, only
 when they run. Errors print one line and exit non-zero; tracebacks are for bugs.
 """
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from rollbox import errors
-from rollbox.cli import bench, demo, fusion, resources, sandboxes, serve
+from rollbox.cli import bench, cluster, demo, fusion, resources, sandboxes, serve
 from rollbox.cli.arguments import UsageError, remote_options
 from rollbox.cli.output import err
 
@@ -34,6 +34,7 @@ def parser() -> argparse.ArgumentParser:
     commands = rollbox.add_subparsers(metavar="COMMAND", required=True)
     remote = remote_options()
     serve.add_commands(commands)
+    cluster.add_command(commands)
     resources.add_commands(commands, remote)
     sandboxes.add_commands(commands, remote)
     fusion.add_command(commands, remote)

@@ -10,12 +10,14 @@ import contextlib
 from pathlib import Path
 
 from rollbox.cli.arguments import Commands, UsageError, data_dir_options, pair, pairs
+from rollbox.cli.cluster import secret_options, serve_cluster
 from rollbox.cli.output import out
 from rollbox.errors import Conflict
 
 
 def add_commands(commands: Commands) -> None:
-    serve = commands.add_parser("serve", parents=[data_dir_options()], help="run the router and this machine's node")
+    serve = commands.add_parser("serve", parents=[data_dir_options(), secret_options()],
+                                help="run the router and this machine's node")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (%(default)s)")
     serve.add_argument("--socket", type=Path, metavar="PATH",
@@ -30,6 +32,16 @@ def add_commands(commands: Commands) -> None:
     serve.add_argument("--max-sandboxes", type=int, help="sandboxes this node runs at most")
     serve.add_argument("--delete-on-exit", action="store_true",
                        help="when stopped, delete every sandbox instead of leaving them to the next start")
+    cluster = serve.add_argument_group("a cluster's router, instead of this machine's node (docs/cluster.md)")
+    cluster.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                         help="join the Ray cluster at ADDRESS (default: the one this machine belongs to) and run a "
+                              "node agent on every Ray node offering the resource 'rollbox'")
+    cluster.add_argument("--node", action="append", default=[], metavar="URL",
+                         help="route to the node agent at URL (repeatable; a host name resolving to several "
+                              "addresses is one node per address)")
+    cluster.add_argument("--node-data-dir", metavar="DIR",
+                         help="with --ray: the node agents' data directory, where a node's label "
+                              "rollbox.io/data-dir does not say (default /var/lib/rollbox)")
     serve.set_defaults(run=cmd_serve)
 
     down = commands.add_parser(
@@ -41,12 +53,17 @@ def add_commands(commands: Commands) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    tokens = {**pairs(args.token, "TENANT=TOKEN"), **_tokens_file(args.tokens_file)}
+    if args.ray is not None or args.node:
+        if args.ray is not None and args.node:
+            raise UsageError("give --ray or --node, not both")
+        serve_cluster(args, tokens)
+        return
     from rollbox.server import serve
 
     options = {} if args.max_sandboxes is None else {"max_sandboxes": args.max_sandboxes}
     if args.data_dir is not None:
         options["data_dir"] = args.data_dir
-    tokens = {**pairs(args.token, "TENANT=TOKEN"), **_tokens_file(args.tokens_file)}
     serve(host=args.host, port=args.port, socket=args.socket, tokens=tokens, admins=args.admin,
           delete_on_exit=args.delete_on_exit, **options)
 

@@ -384,7 +384,9 @@ class LocalNode:
 
     async def health(self) -> dict[str, Any]:
         pools = {pool.name: {"template": pool.template, "replicas": pool.resource.spec.replicas,
-                             "ready": len(pool.ready), "starting": pool.starting}
+                             "ready": len(pool.ready), "starting": pool.starting,
+                             "refill_concurrency": pool.resource.spec.refill_concurrency,
+                             "labels": pool.resource.metadata.labels}
                  for pool in self.resources.pools.values()}
         named = {"node": self.name} if self.name else {}
         return {**named, "sandboxes": self.capacity.count, "max_sandboxes": self.capacity.max_sandboxes,

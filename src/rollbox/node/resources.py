@@ -258,4 +258,5 @@ class Resources:
 def _pool_info(pool: WarmPool) -> WarmPoolInfo:
     return WarmPoolInfo(name=pool.name, template=pool.template, replicas=pool.resource.spec.replicas,
                         max_replicas=pool.resource.spec.max_replicas, target=pool.target, ready=len(pool.ready),
-                        starting=pool.starting)
+                        starting=pool.starting, labels=pool.resource.metadata.labels,
+                        refill_concurrency=pool.resource.spec.refill_concurrency)

@@ -47,7 +47,13 @@ def run_app(app: Any, host: str, port: int, listener: sockets.socket | None, log
     if listener is None:
         uvicorn.run(app, host=host, port=port, log_level=log_level, **UVICORN_OPTIONS)
     else:
-        uvicorn.Server(uvicorn.Config(app, log_level=log_level, **UVICORN_OPTIONS)).run(sockets=[listener])
+        server(app, log_level).run(sockets=[listener])
+
+
+def server(app: Any, log_level: str) -> uvicorn.Server:
+    """A uvicorn server of `app`, for callers that run it on their own event loop (`await server.serve(...)`),
+    next to work of their own."""
+    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, **UVICORN_OPTIONS))
 
 
 def listen_tcp(host: str, port: int) -> sockets.socket:

@@ -32,12 +32,8 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
     `socket` serves on that unix socket instead of `host` and `port`: only its owner may connect, and it costs
     less per call than loopback TCP. `admins` names the tenants whose tokens may change templates and warm pools
     (open: everyone)."""
-    if not tokens and socket is None and not _loopback(host):
-        raise InvalidRequest(f"refusing to listen on {host} without tokens: anyone could run commands. "
-                             "Give tokens (--token TENANT=TOKEN) or listen on 127.0.0.1")
-    if not tokens and socket is None:
-        log.warning("open server on %s:%s: every user of this machine may connect and run commands. "
-                    "On a shared machine listen on a socket (--socket PATH) or give tokens", host, port)
+    if socket is None:
+        refuse_open(host, tokens)
     admins = tuple(admins)
     Tenants(tokens, admins)  # a mistake in them fails here, before the data directory is touched
     exit_on_sigterm()
@@ -56,6 +52,16 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
                     _tell_what_stays(engine)
     finally:
         engine.close()
+
+
+def refuse_open(host: str, tokens: dict[str, str] | None) -> None:
+    """Refuses to serve without tokens on an address other users or machines reach; warns on loopback."""
+    if not tokens and not _loopback(host):
+        raise InvalidRequest(f"refusing to listen on {host} without tokens: anyone could run commands. "
+                             "Give tokens (--token TENANT=TOKEN) or listen on 127.0.0.1")
+    if not tokens:
+        log.warning("open server on %s: every user of this machine may connect and run commands. "
+                    "On a shared machine listen on a socket (--socket PATH) or give tokens", host)
 
 
 def delete_everything(engine: Engine) -> None:

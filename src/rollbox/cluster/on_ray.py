@@ -1,0 +1,135 @@
+"""Ray as the cluster engine: a node agent on every Ray node that offers the `rollbox` resource, as a detached
+actor pinned to that node (hard node affinity) that Ray restarts when it dies; the nodes as Ray lists them; and
+Ray's autoscaler asked for nodes when the warm pools need them.
+
+A Ray node says how it wants to be run by its labels (`ray start --labels`): its node name (`rollbox.io/node`,
+else its address), its data directory (`rollbox.io/data-dir`, else the router's `--node-data-dir`) and how many
+sandboxes it holds (`rollbox.io/max-sandboxes`, else the router's `--max-sandboxes`). The name and data directory
+must stay the same when a node leaves and comes back: that is how it finds, and deletes, the sandboxes whose
+claims were declared lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+import ray
+from ray.autoscaler.sdk import request_resources
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from rollbox.cluster.agent import NodeAgent
+from rollbox.cluster.view import Member
+from rollbox.server.listen import listen_tcp
+
+log = logging.getLogger("rollbox.cluster")
+
+RESOURCE = "rollbox"
+NAMESPACE = "rollbox"
+NAME_LABEL = "rollbox.io/node"
+DATA_DIR_LABEL = "rollbox.io/data-dir"
+CAPACITY_LABEL = "rollbox.io/max-sandboxes"
+STARTUP_TIMEOUT = 120.0
+"""Seconds a node agent may take to adopt what its data directory holds and start serving."""
+
+
+class NodeAgentActor:
+    """A node agent inside a Ray actor's process: if the agent dies, so does the process, and Ray restarts it."""
+
+    def __init__(self, name: str, data_dir: str, secret: str, max_sandboxes: int, host: str,
+                 incarnation: str) -> None:
+        self.agent = NodeAgent(data_dir, name, secret, max_sandboxes=max_sandboxes, incarnation=incarnation)
+        listener = listen_tcp(host, 0)
+        self._url = f"http://{host}:{listener.getsockname()[1]}"
+        serving = threading.Thread(target=self._run, args=(listener,), name="rollbox-node-agent", daemon=True)
+        serving.start()
+        if not self.agent.serving.wait(STARTUP_TIMEOUT):
+            os._exit(1)
+
+    def _run(self, listener: Any) -> None:
+        try:
+            with listener:
+                self.agent.run(listener)
+        finally:
+            os._exit(1)  # an agent that stopped serving takes its actor with it, for Ray to restart
+
+    def address(self) -> str:
+        return self._url
+
+
+class RayMembers:
+    """The Ray cluster's rollbox nodes, each with its node agent actor (started here when missing)."""
+
+    def __init__(self, address: str | None, secret: str, *, data_dir: str, node_capacity: int) -> None:
+        ray.init(address=address or "auto", namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+        self.secret = secret
+        self.data_dir = data_dir
+        self.node_capacity = node_capacity
+        self._actors: dict[str, Any] = {}
+        self._urls: dict[str, str] = {}
+        self._asking: dict[str, Any] = {}
+        self._names: dict[str, str] = {}
+        """Ray node id to node name, for every rollbox node seen (dead ones keep theirs)."""
+
+    def poll(self, stale: set[str]) -> list[Member]:
+        members = []
+        for node in ray.nodes():
+            node_id, labels = node["NodeID"], node.get("Labels") or {}
+            if node["Alive"] and node["Resources"].get(RESOURCE):
+                name = self._names.setdefault(node_id, labels.get(NAME_LABEL) or node["NodeManagerAddress"])
+                if name in stale:
+                    self._urls.pop(node_id, None)
+                members.append(Member(self._url(node, name), name, True, node_id))
+            elif not node["Alive"] and (node_id in self._names or NAME_LABEL in labels):
+                name = self._names.setdefault(node_id, labels.get(NAME_LABEL, ""))
+                members.append(Member(None, name, False, node_id))
+                self._forget(node_id)
+        return members
+
+    def _url(self, node: dict[str, Any], name: str) -> str | None:
+        """The node agent's URL once its actor says it serves; asked without waiting, answered on a later poll."""
+        node_id = node["NodeID"]
+        if node_id in self._urls:
+            return self._urls[node_id]
+        asking = self._asking.get(node_id)
+        if asking is None:
+            self._asking[node_id] = self._actor(node, name).address.remote()
+            return None
+        ready, _ = ray.wait([asking], timeout=0)
+        if not ready:
+            return None
+        del self._asking[node_id]
+        try:
+            self._urls[node_id] = ray.get(asking)
+        except Exception as error:  # the actor is restarting, or failed to start: ask again next time
+            log.warning("node %s: its agent did not answer: %s", name, error)
+            return None
+        return self._urls[node_id]
+
+    def _actor(self, node: dict[str, Any], name: str) -> Any:
+        node_id, labels = node["NodeID"], node.get("Labels") or {}
+        actor = self._actors.get(node_id)
+        if actor is None:
+            options = {"name": f"rollbox-node-{node_id}", "namespace": NAMESPACE, "lifetime": "detached",
+                       "get_if_exists": True, "max_restarts": -1, "num_cpus": 0, "max_concurrency": 4,
+                       "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+            capacity = int(labels.get(CAPACITY_LABEL, self.node_capacity))
+            data_dir = labels.get(DATA_DIR_LABEL, self.data_dir)
+            actor = self._actors[node_id] = ray.remote(NodeAgentActor).options(**options).remote(
+                name, data_dir, self.secret, capacity, node["NodeManagerAddress"], node_id)
+        return actor
+
+    def _forget(self, node_id: str) -> None:
+        self._actors.pop(node_id, None)
+        self._urls.pop(node_id, None)
+        self._asking.pop(node_id, None)
+
+    def want_nodes(self, count: int) -> None:
+        log.warning("warm pools need %d rollbox nodes: asking Ray's autoscaler for them", count)
+        request_resources(bundles=[{RESOURCE: 1}] * count)
+
+    def close(self) -> None:
+        """The node agents stay: they outlive routers."""
+        ray.shutdown()

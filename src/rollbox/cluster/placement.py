@@ -1,0 +1,49 @@
+"""Where claims and warm pool replicas go across a cluster's nodes: pure functions of what the router sees."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from rollbox.cluster.view import NodeState
+
+
+def split(total: int, rooms: Mapping[str, int]) -> dict[str, int]:
+    """`total` replicas over nodes in proportion to each one's room, none above its room (largest remainders,
+    ties to the name first in order, so every router splits alike). The sum falls short of `total` only when
+    the rooms do."""
+    rooms = {name: max(room, 0) for name, room in sorted(rooms.items())}
+    free = sum(rooms.values())
+    if total >= free:
+        return dict(rooms)
+    shares = {name: total * room // free for name, room in rooms.items()}
+    left = total - sum(shares.values())
+    remainders = sorted(rooms, key=lambda name: (-(total * rooms[name] % free), name))
+    for name in remainders[:left]:
+        shares[name] += 1
+    return shares
+
+
+def pool_shares(pools: Mapping[str, int], nodes: Iterable[NodeState]) -> dict[str, dict[str, int]]:
+    """Each pool's replicas per node (pool name to node name to replicas): pools in name order, each spread by
+    the room the pools before it left (a node's max_sandboxes less their shares). Claims do not count: the
+    split stays put while they come and go, and a node's pools refill as its claims end."""
+    rooms = {node.name: node.max_sandboxes for node in nodes}
+    shares: dict[str, dict[str, int]] = {}
+    for pool, total in sorted(pools.items()):
+        shares[pool] = split(total, rooms)
+        for name, share in shares[pool].items():
+            rooms[name] -= share
+    return shares
+
+
+def claim_order(nodes: Iterable[NodeState], warmpool: str | None, ready: Mapping[tuple[str, str], int]) -> list[str]:
+    """The nodes to try for a claim, best first: those with a ready warm sandbox of `warmpool` (most ready first,
+    as `ready` estimates them between health reports), then the least loaded."""
+    def load(node: NodeState) -> float:
+        return node.sandboxes / node.max_sandboxes if node.max_sandboxes else 1.0
+
+    def rank(node: NodeState) -> tuple[int, float, str]:
+        warm = ready.get((node.name, warmpool), 0) if warmpool else 0
+        return (-warm if warm > 0 else 0, load(node), node.name)
+
+    return [node.name for node in sorted(nodes, key=rank)]

@@ -1,0 +1,164 @@
+"""`RemoteNode`: the `Node` interface over HTTP, to one node agent (`rollbox node`).
+
+A node agent serves rollbox's own API; the router calls it with the cluster secret and names, in every call, the
+tenant it acts for. The calls are the SDK's (client/_calls.py) and so is the connection pool: one description of
+the API, read by both sides. Transport errors (httpx's) reach the caller: only the router knows whether the node
+is restarting, cut off or gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from rollbox.client import _calls as calls
+from rollbox.client._exchange import Exchange
+from rollbox.client._http import Settings
+from rollbox.client._transport import PoolTransport
+from rollbox.errors import InvalidRequest
+from rollbox.models import (
+    ApplyEvent,
+    ApplyStatus,
+    ClaimRequest,
+    ExecRequest,
+    ExecResult,
+    Health,
+    SandboxInfo,
+    SandboxStats,
+    SnapshotInfo,
+    TemplateInfo,
+    WarmPoolInfo,
+)
+from rollbox.node.base import FileOp, OutputCallback
+from rollbox.server.auth import TENANT_HEADER
+from rollbox.spec import Resource
+
+T = TypeVar("T")
+ROUTER_TENANT = "router"
+"""Who templates and warm pools are changed for: the router checked the caller is an admin."""
+TIMEOUT = 600.0
+"""Seconds a call may take (a template build, a fork); an exec's own timeout is added to it."""
+
+
+class RemoteNode:
+    """One node agent at `url`. Its connections belong to the event loop that first uses it."""
+
+    def __init__(self, url: str, secret: str, *, max_connections: int = 1024) -> None:
+        self.url = url
+        settings = Settings(url, secret, TIMEOUT)
+        self._exchange = Exchange(settings, PoolTransport(settings.origin, settings.limits(max_connections),
+                                                          socket=settings.socket))
+        self._tenants: dict[str, dict[str, str]] = {}
+
+    async def send(self, tenant: str, call: calls.Call[T] | calls.StreamCall[T]) -> T:
+        headers = self._tenants.get(tenant)
+        if headers is None:
+            headers = self._tenants[tenant] = {TENANT_HEADER: tenant}
+        if isinstance(call, calls.StreamCall):
+            return await self._exchange.streamed(call, headers)
+        return call.parse(await self._exchange.whole(call, headers))
+
+    async def close(self) -> None:
+        await self._exchange.aclose()
+
+    # -- resources --------------------------------------------------------------------------
+
+    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+        def report(event: ApplyEvent) -> None:
+            if event.event == "progress" and event.message:
+                progress(event.message)
+
+        events = await self.send(ROUTER_TENANT, calls.apply_resources([resource], None, report))
+        return events[-1].status or "unchanged"
+
+    async def templates(self) -> list[TemplateInfo]:
+        return await self.send(ROUTER_TENANT, calls.list_templates())
+
+    async def template(self, name: str) -> TemplateInfo:
+        return await self.send(ROUTER_TENANT, calls.get_template(name))
+
+    async def delete_template(self, name: str) -> None:
+        await self.send(ROUTER_TENANT, calls.delete_template(name))
+
+    async def warmpools(self) -> list[WarmPoolInfo]:
+        return await self.send(ROUTER_TENANT, calls.list_warmpools())
+
+    async def warmpool(self, name: str) -> WarmPoolInfo:
+        return await self.send(ROUTER_TENANT, calls.get_warmpool(name))
+
+    async def delete_warmpool(self, name: str) -> None:
+        await self.send(ROUTER_TENANT, calls.delete_warmpool(name))
+
+    # -- claims -----------------------------------------------------------------------------
+
+    async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
+        return await self.send(tenant, calls.claim(request))
+
+    async def claims(self, tenant: str) -> list[SandboxInfo]:
+        return await self.send(tenant, calls.list_sandboxes())
+
+    async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo:
+        return await self.send(tenant, calls.get_sandbox(sandbox_id))
+
+    async def delete(self, tenant: str, sandbox_id: str) -> None:
+        await self.send(tenant, calls.delete_sandbox(sandbox_id))
+
+    async def exec(self, tenant: str, sandbox_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
+                   on_stderr: OutputCallback | None = None) -> ExecResult:
+        return await self.send(tenant, calls.run(sandbox_id, request, on_stdout, on_stderr))
+
+    async def files(self, tenant: str, sandbox_id: str, op: FileOp, path: str, **options: Any) -> Any:
+        return await self.send(tenant, _file_call(sandbox_id, op, path, options))
+
+    async def reset(self, tenant: str, sandbox_id: str) -> SandboxInfo:
+        return await self.send(tenant, calls.reset(sandbox_id))
+
+    async def fork(self, tenant: str, sandbox_id: str, count: int) -> list[SandboxInfo]:
+        return await self.send(tenant, calls.fork(sandbox_id, count))
+
+    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
+        return await self.send(tenant, calls.pause(sandbox_id))
+
+    async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:
+        return await self.send(tenant, calls.resume(sandbox_id))
+
+    async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
+        return await self.send(tenant, calls.stats(sandbox_id))
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    async def snapshot(self, tenant: str, sandbox_id: str, name: str) -> SnapshotInfo:
+        return await self.send(tenant, calls.snapshot(sandbox_id, name))
+
+    async def snapshots(self, tenant: str) -> list[SnapshotInfo]:
+        return await self.send(tenant, calls.list_snapshots())
+
+    async def delete_snapshot(self, tenant: str, name: str) -> None:
+        await self.send(tenant, calls.delete_snapshot(name))
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        info: Health = await self.send(ROUTER_TENANT, calls.health())
+        return info.model_dump(exclude_none=True, exclude={"status"})
+
+
+def _file_call(sandbox_id: str, op: FileOp, path: str, options: dict[str, Any]) -> calls.Call[Any]:
+    """The HTTP call for one of `ContainerFiles`' operations, as the node's routes take it."""
+    if op == "read":
+        return calls.read_file(sandbox_id, path)
+    if op == "write":
+        return calls.write_file(sandbox_id, path, options["data"], options.get("mode"))
+    if op == "remove":
+        return calls.remove_file(sandbox_id, path, options.get("recursive", False))
+    if op == "list":
+        return calls.list_files(sandbox_id, path)
+    if op == "stat":
+        return calls.stat_file(sandbox_id, path)
+    if op == "mkdir":
+        return calls.mkdir(sandbox_id, path)
+    if op == "download_tar":
+        return calls.download_archive(sandbox_id, path)
+    if op == "upload_tar":
+        return calls.upload_archive(sandbox_id, path, options["archive"])
+    raise InvalidRequest(f"no such file operation: {op}")

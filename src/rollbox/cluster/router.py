@@ -1,0 +1,284 @@
+"""`ClusterNode`: the `Node` of a whole cluster, so the same server (`create_app`) that fronts one machine fronts
+many. It places each claim on a node, and forwards every call on a sandbox to the node its id names.
+
+Nothing here outlives the process: the sandbox id names its node (`<node>-<hex>`), the cluster engine lists the
+nodes, and the nodes hold the claims and the warm pools' shares. So any number of routers can serve the same
+cluster, and one that restarts has lost nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+
+from rollbox.cluster.placement import claim_order
+from rollbox.cluster.pools import ClusterPool, read_pools
+from rollbox.cluster.remote import RemoteNode
+from rollbox.cluster.view import NodeState
+from rollbox.cluster.watcher import Members, Watcher, lost
+from rollbox.errors import (
+    CapacityExceeded,
+    NodeUnavailable,
+    SandboxNotFound,
+    SnapshotNotFound,
+    TemplateNotFound,
+)
+from rollbox.models import (
+    ApplyStatus,
+    ClaimRequest,
+    ExecRequest,
+    ExecResult,
+    SandboxInfo,
+    SandboxStats,
+    SnapshotInfo,
+    TemplateInfo,
+    WarmPoolInfo,
+)
+from rollbox.node.base import FileOp, OutputCallback
+from rollbox.spec import Resource, SandboxTemplate
+
+log = logging.getLogger("rollbox.cluster")
+T = TypeVar("T")
+
+RESTART_WAIT = 5.0
+"""Seconds a call waits for a node agent that stopped answering while its node is still a member (Ray restarts
+it), before it answers 503."""
+
+
+class ClusterNode:
+    def __init__(self, members: Members, secret: str, *, node_capacity: int = 64, tick: float | None = None) -> None:
+        self._secret = secret
+        self._remotes: dict[str, RemoteNode] = {}
+        options = {} if tick is None else {"tick": tick}
+        self.watcher = Watcher(members, self._remote, node_capacity=node_capacity, **options)
+        self._ready: dict[tuple[str, str], int] = {}
+        """Ready warm sandboxes per (node, pool), as last reported, less the claims sent there since."""
+        self._reported: dict[str, NodeState] | None = None
+
+    async def start(self) -> None:
+        await self.watcher.start()
+
+    async def close(self) -> None:
+        await self.watcher.close()
+        for remote in self._remotes.values():
+            await remote.close()
+
+    def _remote(self, url: str) -> RemoteNode:
+        remote = self._remotes.get(url)
+        if remote is None:
+            remote = self._remotes[url] = RemoteNode(url, self._secret)
+        return remote
+
+    def _serving(self) -> list[NodeState]:
+        return [node for node in self.watcher.view.values() if node.status == "up" and node.url is not None]
+
+    async def _on_each(self, call: Callable[[RemoteNode], Awaitable[T]]) -> list[T]:
+        """`call` on every serving node at once; a node that fails to answer is left out (and logged)."""
+        nodes = self._serving()
+        answers = await asyncio.gather(*(call(self._remote(node.url)) for node in nodes), return_exceptions=True)
+        kept = []
+        for node, answer in zip(nodes, answers, strict=True):
+            if isinstance(answer, httpx.TransportError):
+                log.warning("node %s did not answer: %s", node.name, answer)
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                kept.append(answer)
+        return kept
+
+    # -- a sandbox's node -----------------------------------------------------------------------
+
+    async def _at(self, sandbox_id: str, call: Callable[[RemoteNode], Awaitable[T]]) -> T:
+        """`call` on the node that serves `sandbox_id`. A connection refused (nothing was sent) waits for the node
+        agent to serve again and tries once more; a connection that breaks mid-call answers 503."""
+        name = sandbox_id.rpartition("-")[0]
+        node = self.watcher.view.get(name)
+        if node is None:
+            raise SandboxNotFound(f"sandbox {sandbox_id!r} does not exist")
+        if node.status != "up" or node.url is None:
+            if node.status == "lost":
+                raise lost(node)
+            node = await self.watcher.wait_serving(name, RESTART_WAIT)
+        try:
+            return await call(self._remote(node.url))
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            node = await self.watcher.wait_serving(name, RESTART_WAIT)
+        except httpx.TransportError as error:
+            raise NodeUnavailable(f"node {name} stopped answering during the call ({error}): the sandbox's state is "
+                                  "unknown; check it, or try again") from None
+        try:
+            return await call(self._remote(node.url))
+        except httpx.TransportError as error:
+            raise NodeUnavailable(f"node {name} does not answer ({error}); try again shortly") from None
+
+    # -- claims -----------------------------------------------------------------------------
+
+    async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
+        nodes = self._serving()
+        if request.snapshot:
+            nodes = await self._holding_snapshot(tenant, request.snapshot, nodes)
+        self._refresh_ready()
+        refused: Exception | None = None
+        for name in claim_order(nodes, request.warmpool, self._ready):
+            node = self.watcher.view[name]
+            if request.warmpool:
+                key = (name, request.warmpool)
+                self._ready[key] = self._ready.get(key, 0) - 1
+            try:
+                return await self._remote(node.url).claim(tenant, request)
+            except (CapacityExceeded, httpx.TransportError) as error:
+                refused = error  # full, or gone since the last look: the next node may have room
+        if isinstance(refused, CapacityExceeded):
+            raise refused
+        raise NodeUnavailable("no node of the cluster serves claims now: see the router's /healthz")
+
+    def _refresh_ready(self) -> None:
+        view = self.watcher.view
+        if view is self._reported:
+            return
+        self._reported = view
+        self._ready = {(node.name, pool): held.get("ready", 0) for node in view.values() if node.status == "up"
+                       for pool, held in node.pools.items()}
+
+    async def _holding_snapshot(self, tenant: str, name: str, nodes: list[NodeState]) -> list[NodeState]:
+        held = await asyncio.gather(*(self._remote(node.url).snapshots(tenant) for node in nodes),
+                                    return_exceptions=True)
+        holding = [node for node, snapshots in zip(nodes, held, strict=True)
+                   if isinstance(snapshots, list) and any(snapshot.name == name for snapshot in snapshots)]
+        if not holding:
+            raise SnapshotNotFound(f"snapshot {name!r} does not exist")
+        return holding
+
+    async def claims(self, tenant: str) -> list[SandboxInfo]:
+        return [info for infos in await self._on_each(lambda node: node.claims(tenant)) for info in infos]
+
+    async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo:
+        return await self._at(sandbox_id, lambda node: node.get(tenant, sandbox_id))
+
+    async def delete(self, tenant: str, sandbox_id: str) -> None:
+        await self._at(sandbox_id, lambda node: node.delete(tenant, sandbox_id))
+
+    async def exec(self, tenant: str, sandbox_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
+                   on_stderr: OutputCallback | None = None) -> ExecResult:
+        return await self._at(sandbox_id, lambda node: node.exec(tenant, sandbox_id, request, on_stdout, on_stderr))
+
+    async def files(self, tenant: str, sandbox_id: str, op: FileOp, path: str, **options: Any) -> Any:
+        return await self._at(sandbox_id, lambda node: node.files(tenant, sandbox_id, op, path, **options))
+
+    async def reset(self, tenant: str, sandbox_id: str) -> SandboxInfo:
+        return await self._at(sandbox_id, lambda node: node.reset(tenant, sandbox_id))
+
+    async def fork(self, tenant: str, sandbox_id: str, count: int) -> list[SandboxInfo]:
+        """The children live on the parent's node: a fork shares its layers there."""
+        return await self._at(sandbox_id, lambda node: node.fork(tenant, sandbox_id, count))
+
+    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
+        return await self._at(sandbox_id, lambda node: node.pause(tenant, sandbox_id))
+
+    async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:
+        return await self._at(sandbox_id, lambda node: node.resume(tenant, sandbox_id))
+
+    async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
+        return await self._at(sandbox_id, lambda node: node.stats(tenant, sandbox_id))
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    async def snapshot(self, tenant: str, sandbox_id: str, name: str) -> SnapshotInfo:
+        return await self._at(sandbox_id, lambda node: node.snapshot(tenant, sandbox_id, name))
+
+    async def snapshots(self, tenant: str) -> list[SnapshotInfo]:
+        return [info for infos in await self._on_each(lambda node: node.snapshots(tenant)) for info in infos]
+
+    async def delete_snapshot(self, tenant: str, name: str) -> None:
+        holding = await self._holding_snapshot(tenant, name, self._serving())
+        await asyncio.gather(*(self._remote(node.url).delete_snapshot(tenant, name) for node in holding))
+
+    # -- resources --------------------------------------------------------------------------
+
+    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+        """A template is built on every node (progress is the first node's); a warm pool is split over them."""
+        nodes = self._serving()
+        if not nodes:
+            raise NodeUnavailable("no node of the cluster serves now: start node agents first")
+        if isinstance(resource, SandboxTemplate):
+            statuses = await asyncio.gather(*(self._remote(node.url).apply(resource, progress if i == 0 else _quiet)
+                                              for i, node in enumerate(nodes)))
+            return "created" if "created" in statuses else "configured" if "configured" in statuses else "unchanged"
+        before = read_pools(self.watcher.view.values()).get(resource.metadata.name)
+        pool = ClusterPool.applied(resource)
+        if before is not None and _same(before, pool):
+            return "unchanged"
+        await self._check_template(pool.template, nodes)
+        await self.watcher.place({**read_pools(self.watcher.view.values()), pool.name: pool}, nodes)
+        await self.watcher.look()
+        return "created" if before is None else "configured"
+
+    async def _check_template(self, name: str, nodes: list[NodeState]) -> None:
+        if not any(template.name == name for template in await self._remote(nodes[0].url).templates()):
+            raise TemplateNotFound(f"template {name!r} is not built: apply it first")
+
+    async def templates(self) -> list[TemplateInfo]:
+        return await self._first(lambda node: node.templates())
+
+    async def template(self, name: str) -> TemplateInfo:
+        return await self._first(lambda node: node.template(name))
+
+    async def delete_template(self, name: str) -> None:
+        await self._on_each(lambda node: node.delete_template(name))
+
+    async def warmpools(self) -> list[WarmPoolInfo]:
+        pools = read_pools(self.watcher.view.values())
+        return [self._pool_info(pool) for _, pool in sorted(pools.items())]
+
+    async def warmpool(self, name: str) -> WarmPoolInfo:
+        pool = read_pools(self.watcher.view.values()).get(name)
+        if pool is None:
+            raise await self._first(lambda node: node.warmpool(name))  # the node's own 404
+        return self._pool_info(pool)
+
+    def _pool_info(self, pool: ClusterPool) -> WarmPoolInfo:
+        held = [node.pools[pool.name] for node in self._serving() if pool.name in node.pools]
+        return WarmPoolInfo(name=pool.name, template=pool.template, replicas=pool.replicas,
+                            max_replicas=pool.max_replicas, target=sum(h.get("replicas", 0) for h in held),
+                            ready=sum(h.get("ready", 0) for h in held),
+                            starting=sum(h.get("starting", 0) for h in held),
+                            labels=pool.labels, refill_concurrency=pool.refill_concurrency)
+
+    async def delete_warmpool(self, name: str) -> None:
+        await self.warmpool(name)
+        await self._on_each(lambda node: node.delete_warmpool(name))
+        await self.watcher.look()
+
+    async def _first(self, call: Callable[[RemoteNode], Awaitable[T]]) -> T:
+        nodes = self._serving()
+        if not nodes:
+            raise NodeUnavailable("no node of the cluster serves now: start node agents first")
+        return await call(self._remote(nodes[0].url))
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        view = self.watcher.view
+        serving = self._serving()
+        pools = {name: {"template": info.template, "replicas": info.replicas, "ready": info.ready,
+                        "starting": info.starting}
+                 for name, info in ((name, self._pool_info(pool))
+                                    for name, pool in read_pools(view.values()).items())}
+        return {"sandboxes": sum(node.sandboxes for node in serving),
+                "max_sandboxes": sum(node.max_sandboxes for node in serving),
+                "claims": sum(node.claims for node in serving), "pools": pools,
+                "nodes": {name: node.describe() for name, node in sorted(view.items())}}
+
+
+def _quiet(message: str) -> None:
+    """Progress of the nodes after the first: the same build, told once."""
+
+
+def _same(before: ClusterPool, after: ClusterPool) -> bool:
+    return (before.template, before.replicas, before.max_replicas, before.refill_concurrency, before.labels) == (
+        after.template, after.replicas, after.max_replicas, after.refill_concurrency, after.labels)
+

@@ -1,0 +1,206 @@
+"""The router's picture of its cluster, kept current: which nodes serve, what they hold, and the warm pools'
+shares brought back into line whenever nodes join, come back or leave.
+
+It runs on the router's event loop, ticking a few times a second: it asks the cluster engine for its members
+(`Members.poll`, in a thread: Ray's calls block), probes each node agent's health, copies templates and pools to
+nodes that join or come back, spreads each pool's replicas over the serving nodes, and asks the cluster engine
+for more nodes when the pools need more room than the nodes have. Requests read `view`, which is replaced whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from anyio import to_thread
+
+from rollbox.cluster.placement import pool_shares
+from rollbox.cluster.pools import ClusterPool, read_pools
+from rollbox.cluster.remote import RemoteNode
+from rollbox.cluster.view import Member, NodeState
+from rollbox.errors import NodeLost, NodeUnavailable
+from rollbox.spec import API_VERSION, parse_resource
+
+log = logging.getLogger("rollbox.cluster")
+
+TICK = 0.25
+"""Seconds between two looks at the cluster."""
+PROBE_TIMEOUT = 1.0
+"""Seconds a node agent has to answer its health probe before it counts as unreachable."""
+
+
+class Members(Protocol):
+    """A cluster engine's list of nodes (Ray's, or a fixed list of node agents)."""
+
+    def poll(self, stale: set[str]) -> list[Member]:
+        """The nodes now; `stale` names nodes whose agent stopped answering, whose address may have changed."""
+    def want_nodes(self, count: int) -> None:
+        """Asks for `count` nodes in all (0: no request), where the engine can add nodes."""
+    def close(self) -> None: ...
+
+
+class Watcher:
+    def __init__(self, members: Members, remote: Callable[[str], RemoteNode], *, node_capacity: int,
+                 tick: float = TICK) -> None:
+        self.members = members
+        self.remote = remote
+        self.node_capacity = node_capacity
+        """What a node the cluster engine adds would hold: max_sandboxes when it does not say."""
+        self.tick = tick
+        self.view: dict[str, NodeState] = {}
+        self._synced: set[tuple[str, str | None]] = set()
+        """(name, incarnation) of nodes whose templates and pools were brought in line since they came up."""
+        self._syncing: dict[str, asyncio.Task[None]] = {}
+        self._wanted = 0
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Looks once, so that the first requests find the nodes, then keeps looking in the background."""
+        await self.look()
+        self._task = asyncio.create_task(self._run())
+
+    async def close(self) -> None:
+        for task in [self._task, *self._syncing.values()]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        await to_thread.run_sync(self.members.close)
+
+    async def wait_serving(self, name: str, timeout: float) -> NodeState:
+        """The node once it serves again; NodeLost if it leaves meanwhile, NodeUnavailable after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            node = self.view.get(name)
+            if node is not None and node.status == "lost":
+                raise lost(node)
+            if node is not None and node.status == "up" and node.url is not None:
+                return node
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise NodeUnavailable(f"node {name} has not answered for {timeout:.0f} s: its agent is restarting "
+                                      "or cut off from the router; try again shortly")
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(left, self.tick))
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick)
+            try:
+                await self.look()
+            except Exception:
+                log.exception("looking at the cluster failed; trying again")
+
+    async def look(self) -> None:
+        stale = {name for name, node in self.view.items() if node.status == "unreachable"}
+        members = await to_thread.run_sync(self.members.poll, stale)
+        states = await asyncio.gather(*(self._probe(member) for member in members))
+        view: dict[str, NodeState] = {}
+        for state in states:
+            if state is None:
+                continue
+            held = view.get(state.name)
+            if held is None or held.status == "lost":  # a node back under its old name outranks its past
+                view[state.name] = state
+        self.view = view
+        self._changed.set()
+        self._sync_returning()
+        await self._spread_pools()
+
+    async def _probe(self, member: Member) -> NodeState | None:
+        now = time.monotonic()
+        before = self.view.get(member.name) if member.name else None
+        if not member.alive:
+            if member.name is None:
+                return None
+            since = before.since if before is not None and before.status == "lost" else now
+            return NodeState(member.name, member.url, "lost", since, incarnation=member.incarnation)
+        health = None
+        if member.url is not None:
+            with contextlib.suppress(Exception):
+                health = await asyncio.wait_for(self.remote(member.url).health(), PROBE_TIMEOUT)
+        name = member.name or (health or {}).get("node")
+        if name is None:
+            return None
+        before = self.view.get(name)
+        if health is None:
+            since = before.since if before is not None and before.status == "unreachable" else now
+            return NodeState(name, member.url, "unreachable", since, incarnation=member.incarnation)
+        status = "up" if (name, member.incarnation) in self._synced else "joining"
+        since = before.since if before is not None and before.status == status else now
+        return NodeState(name, member.url, status, since, health.get("max_sandboxes") or 0,
+                         health.get("sandboxes", 0), health.get("claims", 0), health.get("pools", {}),
+                         member.incarnation)
+
+    # -- nodes that join or come back ---------------------------------------------------------
+
+    def _sync_returning(self) -> None:
+        for name, node in self.view.items():
+            key = (name, node.incarnation)
+            if node.status != "joining" or name in self._syncing:
+                continue
+            self._syncing[name] = asyncio.create_task(self._sync(node, key))
+        for name, node in self.view.items():  # a node that stopped answering is checked again when it is back
+            if node.status in ("unreachable", "lost"):
+                self._synced.discard((name, node.incarnation))
+
+    async def _sync(self, node: NodeState, key: tuple[str, str | None]) -> None:
+        """Builds on `node` the templates the serving nodes have and it lacks (or has older)."""
+        try:
+            sources = [other for other in self.view.values() if other.status == "up" and other.url]
+            if sources and node.url:
+                target = self.remote(node.url)
+                wanted = {t.name: t for t in await self.remote(sources[0].url).templates()}
+                held = {t.name: t.spec for t in await target.templates()}
+                for name, template in sorted(wanted.items()):
+                    if held.get(name) != template.spec:
+                        resource = parse_resource({"apiVersion": API_VERSION,
+                                                   "kind": "SandboxTemplate", "metadata": {"name": name},
+                                                   "spec": template.spec})
+                        log.warning("node %s: building template %s", node.name, name)
+                        await target.apply(resource, lambda message: None)
+            self._synced.add(key)
+        except Exception:
+            log.exception("node %s: copying templates failed; trying again", node.name)
+        finally:
+            self._syncing.pop(node.name, None)
+
+    # -- warm pools ------------------------------------------------------------------------
+
+    async def _spread_pools(self) -> None:
+        serving = [node for node in self.view.values() if node.status == "up"]
+        pools = read_pools(self.view.values())
+        await self.place(pools, serving)
+        self._autoscale(pools)
+
+    async def place(self, pools: dict[str, ClusterPool], serving: list[NodeState]) -> None:
+        """Applies each pool's share to every serving node that does not keep it yet."""
+        shares = pool_shares({name: pool.replicas for name, pool in pools.items()}, serving)
+        applies = [self.remote(node.url).apply(pool.share(shares[name][node.name]), lambda message: None)
+                   for name, pool in pools.items() for node in serving
+                   if node.url is not None and not pool.kept_by(node, shares[name][node.name])]
+        for failure in await asyncio.gather(*applies, return_exceptions=True):
+            if isinstance(failure, Exception):
+                log.warning("placing a warm pool's share failed: %s; trying again", failure)
+
+    def _autoscale(self, pools: dict[str, ClusterPool]) -> None:
+        """Holds a request for as many nodes as the pools' replicas need (none when they need none), so the cluster
+        engine adds nodes while they need more room and may remove what they no longer need."""
+        nodes = [node for node in self.view.values() if node.status in ("up", "joining")]
+        demand = sum(pool.replicas for pool in pools.values())
+        per_node = (sum(node.max_sandboxes for node in nodes) / len(nodes)) if nodes else self.node_capacity
+        wanted = math.ceil(demand / max(per_node, 1))
+        if wanted != self._wanted:
+            self._wanted = wanted
+            self.members.want_nodes(wanted)
+
+
+def lost(node: NodeState) -> NodeLost:
+    return NodeLost(f"node {node.name} left the cluster, and its sandboxes with it: claim a new sandbox")
