@@ -16,7 +16,7 @@ from rollbox import errors
 from rollbox.client import Sandbox, SandboxClient
 from rollbox.models import ExecResult
 from tests.cluster.conftest import NODES, POOL, SHARES
-from tests.support.cluster import TOKENS, Cluster, node_of, router_health, wait_for
+from tests.support.cluster import TOKENS, Cluster, claim_on_every_node, node_of, router_health, wait_for
 from tests.support.servers import RL_TEMPLATE
 
 POOL_DOCUMENT = "kind: SandboxWarmPool\nmetadata: {{name: {name}}}\nspec: {{replicas: {replicas}, " \
@@ -39,19 +39,7 @@ def until_router_sees(cluster: Cluster, check: Callable[[dict[str, Any]], bool],
 @pytest.fixture(scope="module")
 def sandboxes(client: SandboxClient) -> Iterator[dict[str, Sandbox]]:
     """One of alice's sandboxes on each node, claimed from the warm pool."""
-    held: dict[str, Sandbox] = {}
-    extra = []
-    for _ in range(sum(SHARES.values())):
-        sandbox = client.create_sandbox(warmpool=POOL)
-        if node_of(sandbox.id) in held:
-            extra.append(sandbox)
-        else:
-            held[node_of(sandbox.id)] = sandbox
-        if len(held) == len(NODES):
-            break
-    for sandbox in extra:
-        sandbox.delete()
-    assert set(held) == set(NODES), f"claims never reached every node: {held}"
+    held = claim_on_every_node(client, POOL, NODES)
     yield held
     for sandbox in held.values():
         sandbox.delete()

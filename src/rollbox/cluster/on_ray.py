@@ -31,6 +31,8 @@ NAMESPACE = "rollbox"
 NAME_LABEL = "rollbox.io/node"
 DATA_DIR_LABEL = "rollbox.io/data-dir"
 CAPACITY_LABEL = "rollbox.io/max-sandboxes"
+FIRST_ANSWER = 0.2
+"""Seconds a look waits for an agent's address when it first asks; later looks only check for the answer."""
 STARTUP_TIMEOUT = 120.0
 """Seconds a node agent may take to adopt what its data directory holds and start serving."""
 
@@ -95,9 +97,11 @@ class RayMembers:
             return self._urls[node_id]
         asking = self._asking.get(node_id)
         if asking is None:
-            self._asking[node_id] = self._actor(node, name).address.remote()
-            return None
-        ready, _ = ray.wait([asking], timeout=0)
+            asking = self._asking[node_id] = self._actor(node, name).address.remote()
+            timeout = FIRST_ANSWER  # a running agent answers at once
+        else:
+            timeout = 0
+        ready, _ = ray.wait([asking], timeout=timeout)
         if not ready:
             return None
         del self._asking[node_id]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,7 +20,7 @@ from rollbox.cluster.placement import claim_order
 from rollbox.cluster.pools import ClusterPool, read_pools
 from rollbox.cluster.remote import RemoteNode
 from rollbox.cluster.view import NodeState
-from rollbox.cluster.watcher import Members, Watcher, lost
+from rollbox.cluster.watcher import SERVING, Members, Watcher, lost
 from rollbox.errors import (
     CapacityExceeded,
     NodeUnavailable,
@@ -74,11 +75,15 @@ class ClusterNode:
         return remote
 
     def _serving(self) -> list[NodeState]:
+        """The nodes that take new claims and changes of templates and pools."""
         return [node for node in self.watcher.view.values() if node.status == "up" and node.url is not None]
 
-    async def _on_each(self, call: Callable[[RemoteNode], Awaitable[T]]) -> list[T]:
-        """`call` on every serving node at once; a node that fails to answer is left out (and logged)."""
-        nodes = self._serving()
+    def _answering(self) -> list[NodeState]:
+        """The nodes that answer for the sandboxes they have."""
+        return [node for node in self.watcher.view.values() if node.status in SERVING and node.url is not None]
+
+    async def _on_each(self, call: Callable[[RemoteNode], Awaitable[T]], nodes: list[NodeState]) -> list[T]:
+        """`call` on each of `nodes` at once; a node that fails to answer is left out (and logged)."""
         answers = await asyncio.gather(*(call(self._remote(node.url)) for node in nodes), return_exceptions=True)
         kept = []
         for node, answer in zip(nodes, answers, strict=True):
@@ -99,14 +104,14 @@ class ClusterNode:
         node = self.watcher.view.get(name)
         if node is None:
             raise SandboxNotFound(f"sandbox {sandbox_id!r} does not exist")
-        if node.status != "up" or node.url is None:
+        if node.status not in SERVING or node.url is None:
             if node.status == "lost":
                 raise lost(node)
             node = await self.watcher.wait_serving(name, RESTART_WAIT)
         try:
             return await call(self._remote(node.url))
         except (httpx.ConnectError, httpx.ConnectTimeout):
-            node = await self.watcher.wait_serving(name, RESTART_WAIT)
+            node = await self.watcher.wait_serving(name, RESTART_WAIT, failed=time.monotonic())
         except httpx.TransportError as error:
             raise NodeUnavailable(f"node {name} stopped answering during the call ({error}): the sandbox's state is "
                                   "unknown; check it, or try again") from None
@@ -154,7 +159,8 @@ class ClusterNode:
         return holding
 
     async def claims(self, tenant: str) -> list[SandboxInfo]:
-        return [info for infos in await self._on_each(lambda node: node.claims(tenant)) for info in infos]
+        return [info for infos in await self._on_each(lambda node: node.claims(tenant),
+                                                                         self._answering()) for info in infos]
 
     async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await self._at(sandbox_id, lambda node: node.get(tenant, sandbox_id))
@@ -191,10 +197,11 @@ class ClusterNode:
         return await self._at(sandbox_id, lambda node: node.snapshot(tenant, sandbox_id, name))
 
     async def snapshots(self, tenant: str) -> list[SnapshotInfo]:
-        return [info for infos in await self._on_each(lambda node: node.snapshots(tenant)) for info in infos]
+        return [info for infos in await self._on_each(lambda node: node.snapshots(tenant),
+                                                                         self._answering()) for info in infos]
 
     async def delete_snapshot(self, tenant: str, name: str) -> None:
-        holding = await self._holding_snapshot(tenant, name, self._serving())
+        holding = await self._holding_snapshot(tenant, name, self._answering())
         await asyncio.gather(*(self._remote(node.url).delete_snapshot(tenant, name) for node in holding))
 
     # -- resources --------------------------------------------------------------------------
@@ -228,7 +235,7 @@ class ClusterNode:
         return await self._first(lambda node: node.template(name))
 
     async def delete_template(self, name: str) -> None:
-        await self._on_each(lambda node: node.delete_template(name))
+        await self._on_each(lambda node: node.delete_template(name), self._serving())
 
     async def warmpools(self) -> list[WarmPoolInfo]:
         pools = read_pools(self.watcher.view.values())
@@ -250,7 +257,7 @@ class ClusterNode:
 
     async def delete_warmpool(self, name: str) -> None:
         await self.warmpool(name)
-        await self._on_each(lambda node: node.delete_warmpool(name))
+        await self._on_each(lambda node: node.delete_warmpool(name), self._serving())
         await self.watcher.look()
 
     async def _first(self, call: Callable[[RemoteNode], Awaitable[T]]) -> T:

@@ -31,6 +31,8 @@ class NodeState:
     status: NodeStatus
     since: float
     """Monotonic time the node entered `status`."""
+    seen: float = 0.0
+    """Monotonic time of the look that found it so."""
     max_sandboxes: int = 0
     sandboxes: int = 0
     claims: int = 0

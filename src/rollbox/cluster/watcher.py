@@ -28,8 +28,15 @@ from rollbox.spec import API_VERSION, parse_resource
 
 log = logging.getLogger("rollbox.cluster")
 
+SERVING = frozenset({"up", "joining"})
+"""States in which a node answers for the sandboxes it has (a joining node takes no new claims yet)."""
+
 TICK = 0.25
 """Seconds between two looks at the cluster."""
+FAST_TICK = 0.05
+"""Seconds between two looks while a node does not answer and calls wait for it."""
+START_WAIT = 10.0
+"""Seconds a starting router waits for the nodes it finds to be checked, before it serves anyway."""
 PROBE_TIMEOUT = 1.0
 """Seconds a node agent has to answer its health probe before it counts as unreachable."""
 
@@ -58,11 +65,20 @@ class Watcher:
         self._syncing: dict[str, asyncio.Task[None]] = {}
         self._wanted = 0
         self._changed = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._waiting = 0
+        """Calls waiting for a node to serve again: while there are any, looks come FAST_TICK apart."""
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Looks once, so that the first requests find the nodes, then keeps looking in the background."""
+        """Looks until the nodes found first serve (or a while), so that the first requests find them, then keeps
+        looking in the background."""
+        deadline = time.monotonic() + START_WAIT
         await self.look()
+        while (any(node.status in ("unreachable", "joining") for node in self.view.values())
+               and time.monotonic() < deadline):
+            await asyncio.sleep(FAST_TICK)
+            await self.look()
         self._task = asyncio.create_task(self._run())
 
     async def close(self) -> None:
@@ -73,14 +89,23 @@ class Watcher:
                     await task
         await to_thread.run_sync(self.members.close)
 
-    async def wait_serving(self, name: str, timeout: float) -> NodeState:
-        """The node once it serves again; NodeLost if it leaves meanwhile, NodeUnavailable after `timeout`."""
+    async def wait_serving(self, name: str, timeout: float, failed: float = 0.0) -> NodeState:
+        """The node once a look after `failed` (monotonic time a call to it failed) finds it serving; NodeLost if
+        it leaves meanwhile, NodeUnavailable after `timeout`."""
         deadline = time.monotonic() + timeout
+        self._waiting += 1
+        self._wake.set()
+        try:
+            return await self._wait_serving(name, deadline, timeout, failed)
+        finally:
+            self._waiting -= 1
+
+    async def _wait_serving(self, name: str, deadline: float, timeout: float, failed: float) -> NodeState:
         while True:
             node = self.view.get(name)
             if node is not None and node.status == "lost":
                 raise lost(node)
-            if node is not None and node.status == "up" and node.url is not None:
+            if node is not None and node.status in SERVING and node.url is not None and node.seen > failed:
                 return node
             left = deadline - time.monotonic()
             if left <= 0:
@@ -92,7 +117,9 @@ class Watcher:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.tick)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), FAST_TICK if self._waiting else self.tick)
             try:
                 await self.look()
             except Exception:
@@ -121,7 +148,7 @@ class Watcher:
             if member.name is None:
                 return None
             since = before.since if before is not None and before.status == "lost" else now
-            return NodeState(member.name, member.url, "lost", since, incarnation=member.incarnation)
+            return NodeState(member.name, member.url, "lost", since, now, incarnation=member.incarnation)
         health = None
         if member.url is not None:
             with contextlib.suppress(Exception):
@@ -132,10 +159,10 @@ class Watcher:
         before = self.view.get(name)
         if health is None:
             since = before.since if before is not None and before.status == "unreachable" else now
-            return NodeState(name, member.url, "unreachable", since, incarnation=member.incarnation)
+            return NodeState(name, member.url, "unreachable", since, now, incarnation=member.incarnation)
         status = "up" if (name, member.incarnation) in self._synced else "joining"
         since = before.since if before is not None and before.status == status else now
-        return NodeState(name, member.url, status, since, health.get("max_sandboxes") or 0,
+        return NodeState(name, member.url, status, since, now, health.get("max_sandboxes") or 0,
                          health.get("sandboxes", 0), health.get("claims", 0), health.get("pools", {}),
                          member.incarnation)
 
