@@ -1,0 +1,83 @@
+"""Cluster benchmark: the router's own cost at scale, on SIMULATED nodes, and the router in front of real node agents
+against the single-machine server, in the same run (issue 20's targets).
+
+Run as root: `.venv/bin/python bench/cluster.py [--quick] [--no-ray]`. It makes everything it measures in a
+throw-away directory and removes it all at the end:
+- 50 SIMULATED nodes (simulated_node.py: claims and warm pools in memory, no containers) behind one real router
+  process (`rollbox serve --node URL` x 50): claims per second up to 20,000 live claims, the router's CPU per claim at
+  100 and at 20,000 live claims, its resident memory per live claim, and claims made through that router served by
+  a second one (cluster_simulated.py);
+- three real node agents (`rollbox node`, a data directory and engine each) behind a router, the single-machine
+  `rollbox serve`, and, with Ray, a router over three node agents on a local Ray cluster (a head and three worker
+  raylets): warm claims at 1 and 64 clients and `true` one at a time, all ways taking turns (cluster_real.py).
+
+It prints a table (medians and p99 in ms, the machine, the load), a verdict per target, how the CPUs were shared,
+and, as its last line, one JSON object of every figure with the targets missed in `missed`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+import cluster_real
+import cluster_simulated
+from cluster_report import missed, table, verdicts
+from common import Figures, load, machine, progress_bars
+from rollbox._signals import exit_on_sigterm
+
+NOTES = (
+    "SIMULATED figures come from 50 stand-in nodes (bench/simulated_node.py) that keep claims and warm pools in memory "
+    "and start no containers, served by rollbox's own API in one process; the router in front of them is the real "
+    "one. While timed, the router's event loop has a CPU of its own; the client and the simulated nodes share the "
+    "other.",
+    "Real cluster: the client, the routers, the node agents and the single server all share this machine's CPUs. In "
+    "the rounds marked 'a CPU each' the client runs on one CPU and the event loop of the process it talks to (single "
+    "server or router) on another, as bench/server.py times claims; the node agents run where the scheduler puts "
+    "them, since two cores cannot give client, router and nodes one each as machines of their own would. A claim "
+    "through a router costs the router's CPU and a node agent's on the same cores, where a single server's costs one "
+    "process's; with 64 clients back to back the p50 is about 64 claims' worth of the busiest CPU's work, so here it "
+    "shows the two processes' sum, not the hop a router on its own machine adds. Compare 'front CPU' (router) with "
+    "the single server's CPU per claim for what the router's own machine would carry.",
+)
+
+
+def ray_available() -> bool:
+    return importlib.util.find_spec("ray") is not None
+
+
+def main() -> None:
+    exit_on_sigterm()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer samples: under 90 s")
+    parser.add_argument("--ray", action=argparse.BooleanOptionalAction, default=ray_available(),
+                        help="also measure a router over a local Ray cluster (default: when Ray is installed)")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    figures: Figures = {"machine": machine()}
+    with tempfile.TemporaryDirectory(prefix="rollbox-bench-cluster-") as root, progress_bars() as progress:
+        simulated, real = Path(root) / "simulated", Path(root) / "real"
+        simulated.mkdir()
+        real.mkdir()
+        figures.update(cluster_simulated.measure(simulated, cluster_simulated.QUICK if args.quick
+                                                 else cluster_simulated.FULL, progress))
+        figures.update(cluster_real.measure(real, cluster_real.QUICK if args.quick else cluster_real.FULL, progress))
+    figures["machine"]["load_after"] = load()
+    figures["mode"] = "quick" if args.quick else "full"
+    figures["elapsed_s"] = round(time.perf_counter() - start, 1)
+    figures["missed"] = missed(figures)
+    console = Console(width=200)
+    console.print(table(figures))
+    for line in (*verdicts(figures), *NOTES):
+        console.print(line, highlight=False, markup=False)
+    print(json.dumps(figures), flush=True)
+
+
+if __name__ == "__main__":
+    main()

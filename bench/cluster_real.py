@@ -1,0 +1,179 @@
+"""The real-cluster phases of bench/cluster.py: node agents (`rollbox node`, each with a data directory and an engine
+of its own) behind one router, against the single-machine `rollbox serve` in the same run, both reached alike
+(loopback TCP, a tenant token) and both holding the same warm pool: warm claims at 1 and 64 clients, and `true` run
+one at a time. The router and the single server take turns round by round, so that both meet the same moments of
+a shared machine.
+
+The 64-client rounds run twice: once with the client on one CPU and the event loop of the process it talks to (the
+single server, or the router) on the other, as bench/server.py times claims (see cpu.cpus_apart), and once as the
+scheduler places everything. The node agents run where the scheduler puts them even in the first: two cores cannot
+give the client, the router and the nodes one each, as machines of their own would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.progress import Progress
+
+from claims import claim_round
+from clients import Client, RawClient, SdkClient, succeed, timed
+from cluster_processes import TOKEN, Child, rollbox, router, secret_file, server_args
+from common import Figures, teardown
+from cpu import Tally, cpu_seconds
+from plan import Plan
+from pool import NAME, Control
+from rollbox.engine import Engine
+
+NODES = ("bench-a", "bench-b", "bench-c")
+TRUE = ["true"]
+
+
+@dataclass(frozen=True)
+class RealPlan:
+    pool: int
+    """Warm sandboxes of each side: the single server's pool, and the router's split over its nodes."""
+    claims: int
+    """Warm claims per concurrency and side."""
+    execs: int
+    clients: tuple[type[Client], ...]
+
+    @property
+    def room(self) -> int:
+        """Sandboxes a side holds at most: its pool, a round's claims, and a pool's worth of refills under way."""
+        return 2 * self.pool + 64
+
+    @property
+    def rounds(self) -> Plan:
+        """The claim rounds' sizes, as bench/server.py's claim phases read them (claim_round, Plan.round)."""
+        return Plan(pool=self.pool, claims=self.claims, execs=self.execs, exec_load=0, python=0, burst=0, creates=0,
+                    workers=0)
+
+
+QUICK = RealPlan(pool=96, claims=64, execs=200, clients=(RawClient,))
+FULL = RealPlan(pool=192, claims=640, execs=1000, clients=(RawClient, SdkClient))
+
+
+@dataclass
+class Side:
+    """One way to a warm pool: the single server, or the router in front of the node agents."""
+
+    name: str
+    front: Child
+    nodes: tuple[int, ...] = ()
+    control: Control = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.control = Control(self.front.url, TOKEN)
+
+
+@dataclass
+class SideTally(Tally):
+    """A Tally that also counts the node agents' CPU time (a router's nodes), per operation."""
+
+    nodes: tuple[int, ...] = ()
+    nodes_cpu: float = 0.0
+
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[None]:
+        spent = sum(map(cpu_seconds, self.nodes))
+        with super().timing():
+            yield
+        self.nodes_cpu += sum(map(cpu_seconds, self.nodes)) - spent
+
+    def figures(self) -> Figures:
+        figures = super().figures()
+        if self.nodes:
+            count = max(len(self.latencies) + len(self.cold), 1)
+            figures["nodes_cpu_ms"] = round(self.nodes_cpu * 1000 / count, 3)
+        return figures
+
+
+def measure(root: Path, plan: RealPlan, progress: Progress) -> Figures:
+    secret = secret_file(root)
+    data = {name: root / name for name in ("single", *NODES)}
+    most = str(plan.room // len(NODES) + 1)
+    try:
+        with contextlib.ExitStack() as running:
+            single = running.enter_context(rollbox(root, "single", *server_args(
+                "--data-dir", str(data["single"]), "--max-sandboxes", str(plan.room), "--delete-on-exit")))
+            agents = [running.enter_context(rollbox(root, name, "node", "--name", name, "--data-dir", str(data[name]),
+                                                    "--secret-file", str(secret), "--max-sandboxes", most))
+                      for name in NODES]
+            front = running.enter_context(router(root, "router", [agent.url for agent in agents], secret))
+            sides = [Side("single", single), Side("router", front, tuple(agent.pid for agent in agents))]
+            return asyncio.run(compare(sides, plan, progress))
+    finally:
+        for path in data.values():
+            if (path / "state.db").exists():
+                teardown(Engine(path))
+
+
+async def compare(sides: list[Side], plan: RealPlan, progress: Progress) -> Figures:
+    figures: Figures = {}
+    try:
+        await asyncio.gather(*(side.control.apply(plan.pool) for side in sides))
+        for kind in plan.clients:
+            clients = [kind(side.front.url, TOKEN) for side in sides]
+            try:
+                for concurrency, apart in ((1, True), (64, True), (64, False)):
+                    figures.update(await warm_claims(sides, clients, concurrency, apart, plan, progress))
+                figures.update(await true_in_turns(sides, clients, plan, progress))
+            finally:
+                for client in clients:
+                    await client.close()
+    finally:
+        for side in sides:
+            await side.control.close()
+    for client in ("raw", "sdk"):
+        if f"router_claim_c64_{client}" in figures:
+            figures[f"router_added_claim_c64_{client}_ms"] = round(
+                figures[f"router_claim_c64_{client}"]["p50"] - figures[f"single_claim_c64_{client}"]["p50"], 3)
+            figures[f"router_added_exec_true_{client}_ms"] = round(
+                figures[f"router_exec_true_{client}"]["p50"] - figures[f"single_exec_true_{client}"]["p50"], 3)
+    return figures
+
+
+async def warm_claims(sides: list[Side], clients: list[Client], concurrency: int, apart: bool, plan: RealPlan,
+                      progress: Progress) -> Figures:
+    """Warm claims by `concurrency` clients back to back, each side in turn, round after round (rounds are no
+    bigger than bench/server.py's, so no pool refills while one is timed)."""
+    rounds = plan.rounds
+    tallies = [SideTally(side.front.pid, apart, nodes=side.nodes) for side in sides]
+    left = max(plan.claims, concurrency) // concurrency * concurrency
+    shared = "" if apart else ", CPUs shared"
+    tasks = [progress.add_task(f"{side.name}: claim x {concurrency} concurrent{shared}, {client.label}", total=left)
+             for side, client in zip(sides, clients, strict=True)]
+    while left > 0:
+        size = min(left, max(concurrency, rounds.round // concurrency * concurrency))
+        for side, client, tally, task in zip(sides, clients, tallies, tasks, strict=True):
+            await side.control.settle()
+            await claim_round(client, tally, concurrency, size, progress, task)
+        left -= size
+    suffix = "" if apart else "_shared"
+    return {f"{side.name}_claim_c{concurrency}{suffix}_{client.name}": tally.figures()
+            for side, client, tally in zip(sides, clients, tallies, strict=True)}
+
+
+async def true_in_turns(sides: list[Side], clients: list[Client], plan: RealPlan, progress: Progress) -> Figures:
+    """`true` in a claimed sandbox, one at a time, each side in turn (unpinned, as bench/server.py's round trips)."""
+    handles = [await client.claim(NAME) for client in clients]
+    tallies = [SideTally(side.front.pid, nodes=side.nodes) for side in sides]
+    task = progress.add_task(f"exec true, single server and router in turns, {clients[0].label}", total=plan.execs)
+    try:
+        for client, handle in zip(clients, handles, strict=True):
+            await succeed(client, handle, TRUE)
+        for _ in range(plan.execs):
+            for client, handle, tally in zip(clients, handles, tallies, strict=True):
+                with tally.timing():
+                    latency, _ = await timed(succeed(client, handle, TRUE))
+                tally.latencies.append(latency)
+            progress.advance(task)
+    finally:
+        await asyncio.gather(*(client.delete(handle) for client, handle in zip(clients, handles, strict=True)))
+    return {f"{side.name}_exec_true_{client.name}": tally.figures()
+            for side, client, tally in zip(sides, clients, tallies, strict=True)}
