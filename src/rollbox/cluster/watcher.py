@@ -153,7 +153,8 @@ class Watcher:
         if member.url is not None:
             with contextlib.suppress(Exception):
                 health = await asyncio.wait_for(self.remote(member.url).health(), PROBE_TIMEOUT)
-        name = member.name or (health or {}).get("node")
+        name = member.name or (health or {}).get("node") or next(  # a URL's agent that stopped answering keeps its name
+            (node.name for node in self.view.values() if node.url == member.url), None)
         if name is None:
             return None
         before = self.view.get(name)
