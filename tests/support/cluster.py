@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from rollbox.client import Sandbox, SandboxClient
 from rollbox.engine import Engine
 from tests.support.engines import leftovers, teardown_engine
 from tests.support.servers import wait_until_serving
@@ -198,6 +199,27 @@ def wait_until_nodes_up(url: str, names: list[str], timeout: float = 60.0) -> di
 def node_of(sandbox_id: str) -> str:
     """The node a sandbox id names (`<node>-<hex>`)."""
     return sandbox_id.rpartition("-")[0]
+
+
+def claim_on_every_node(client: SandboxClient, warmpool: str, names: Iterable[str]) -> dict[str, Sandbox]:
+    """One sandbox per node in `names`, claimed from `warmpool` through the router (which picks the node)."""
+    names = set(names)
+    held: dict[str, Sandbox] = {}
+    extra = []
+    try:
+        for _ in range(4 * len(names)):
+            sandbox = client.create_sandbox(warmpool=warmpool)
+            if node_of(sandbox.id) in held:
+                extra.append(sandbox)
+            else:
+                held[node_of(sandbox.id)] = sandbox
+            if set(held) == names:
+                return held
+        extra.extend(held.values())
+        raise AssertionError(f"claims never reached every node: {sorted(held)} of {sorted(names)}")
+    finally:
+        for sandbox in extra:
+            sandbox.delete()
 
 
 def secret_of(cluster: Cluster) -> str:
