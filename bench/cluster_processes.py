@@ -68,9 +68,12 @@ def rollbox(root: Path, name: str, *args: str) -> Iterator[Child]:
             process.wait()
 
 
+TOKEN_ARGS = ("--token", f"{TENANT}={TOKEN}", "--admin", TENANT)
+
+
 def server_args(*args: str) -> list[str]:
     """`rollbox serve ARGS` with the bench tenant's token, as an admin."""
-    return ["serve", *args, "--token", f"{TENANT}={TOKEN}", "--admin", TENANT]
+    return ["serve", *args, *TOKEN_ARGS]
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from rich.progress import Progress
 
 from claims import claim_round
 from clients import Client, RawClient, SdkClient, succeed, timed
-from cluster_processes import TOKEN, Child, rollbox, router, secret_file, server_args
+from cluster_processes import TOKEN, TOKEN_ARGS, Child, rollbox, router, secret_file, server_args
 from common import Figures, teardown
 from cpu import Tally, cpu_seconds
 from plan import Plan
@@ -30,6 +31,8 @@ from pool import NAME, Control
 from rollbox.engine import Engine
 
 NODES = ("bench-a", "bench-b", "bench-c")
+REPO = Path(__file__).resolve().parents[1]
+"""Where tests/support/ray_cluster.py is found: the Ray cluster is the cluster tests' own."""
 TRUE = ["true"]
 
 
@@ -93,24 +96,48 @@ class SideTally(Tally):
         return figures
 
 
-def measure(root: Path, plan: RealPlan, progress: Progress) -> Figures:
+def measure(root: Path, plan: RealPlan, progress: Progress, ray: bool) -> Figures:
     secret = secret_file(root)
     data = {name: root / name for name in ("single", *NODES)}
-    most = str(plan.room // len(NODES) + 1)
+    most = plan.room // len(NODES) + 1
     try:
         with contextlib.ExitStack() as running:
             single = running.enter_context(rollbox(root, "single", *server_args(
                 "--data-dir", str(data["single"]), "--max-sandboxes", str(plan.room), "--delete-on-exit")))
             agents = [running.enter_context(rollbox(root, name, "node", "--name", name, "--data-dir", str(data[name]),
-                                                    "--secret-file", str(secret), "--max-sandboxes", most))
+                                                    "--secret-file", str(secret), "--max-sandboxes", str(most)))
                       for name in NODES]
             front = running.enter_context(router(root, "router", [agent.url for agent in agents], secret))
             sides = [Side("single", single), Side("router", front, tuple(agent.pid for agent in agents))]
+            if ray:
+                sides.append(running.enter_context(on_ray(root / "ray", most)))
             return asyncio.run(compare(sides, plan, progress))
     finally:
         for path in data.values():
             if (path / "state.db").exists():
                 teardown(Engine(path))
+
+
+@contextlib.contextmanager
+def on_ray(root: Path, most: int) -> Iterator[Side]:
+    """A router (`rollbox serve --ray ADDRESS`) over a local Ray cluster: a head and a worker raylet per node, each
+    worker a rollbox node (its agent a Ray actor) with a data directory of its own, as the cluster tests make it."""
+    if str(REPO) not in sys.path:
+        sys.path.append(str(REPO))
+    from tests.support.ray_cluster import RayTestCluster
+
+    root.mkdir()
+    cluster = RayTestCluster(root, workers=len(NODES), max_sandboxes=most)
+    try:
+        cluster.start_router(0, *TOKEN_ARGS)
+        cluster.wait_serving(len(NODES))
+        assert cluster.router is not None
+        front = Child("ray", cluster.url, cluster.router.pid, root / "router.log")
+        yield Side("ray", front, tuple(cluster.agent_pid(name) for name in cluster.nodes))
+    finally:
+        left = cluster.close()
+    if left:
+        raise RuntimeError(f"the Ray cluster's nodes left {left} on this machine")
 
 
 async def compare(sides: list[Side], plan: RealPlan, progress: Progress) -> Figures:
@@ -129,19 +156,20 @@ async def compare(sides: list[Side], plan: RealPlan, progress: Progress) -> Figu
     finally:
         for side in sides:
             await side.control.close()
-    for client in ("raw", "sdk"):
-        if f"router_claim_c64_{client}" in figures:
-            figures[f"router_added_claim_c64_{client}_ms"] = round(
-                figures[f"router_claim_c64_{client}"]["p50"] - figures[f"single_claim_c64_{client}"]["p50"], 3)
-            figures[f"router_added_exec_true_{client}_ms"] = round(
-                figures[f"router_exec_true_{client}"]["p50"] - figures[f"single_exec_true_{client}"]["p50"], 3)
+    baseline = sides[0].name
+    for side in sides[1:]:
+        for client in (kind.name for kind in plan.clients):
+            for phase in ("claim_c64", "exec_true"):
+                figures[f"{side.name}_added_{phase}_{client}_ms"] = round(
+                    figures[f"{side.name}_{phase}_{client}"]["p50"] - figures[f"{baseline}_{phase}_{client}"]["p50"], 3)
     return figures
 
 
 async def warm_claims(sides: list[Side], clients: list[Client], concurrency: int, apart: bool, plan: RealPlan,
                       progress: Progress) -> Figures:
-    """Warm claims by `concurrency` clients back to back, each side in turn, round after round (rounds are no
-    bigger than bench/server.py's, so no pool refills while one is timed)."""
+    """Warm claims by `concurrency` clients back to back, each side in turn, round after round. Rounds are no
+    bigger than bench/server.py's, so no pool refills while one is timed, and every side settles before each: a
+    round's deletes and refills are over before the next side's round starts."""
     rounds = plan.rounds
     tallies = [SideTally(side.front.pid, apart, nodes=side.nodes) for side in sides]
     left = max(plan.claims, concurrency) // concurrency * concurrency
@@ -150,8 +178,8 @@ async def warm_claims(sides: list[Side], clients: list[Client], concurrency: int
              for side, client in zip(sides, clients, strict=True)]
     while left > 0:
         size = min(left, max(concurrency, rounds.round // concurrency * concurrency))
-        for side, client, tally, task in zip(sides, clients, tallies, tasks, strict=True):
-            await side.control.settle()
+        for client, tally, task in zip(clients, tallies, tasks, strict=True):
+            await settle(sides)
             await claim_round(client, tally, concurrency, size, progress, task)
         left -= size
     suffix = "" if apart else "_shared"
@@ -159,8 +187,13 @@ async def warm_claims(sides: list[Side], clients: list[Client], concurrency: int
             for side, client, tally in zip(sides, clients, tallies, strict=True)}
 
 
+async def settle(sides: list[Side]) -> None:
+    await asyncio.gather(*(side.control.settle() for side in sides))
+
+
 async def true_in_turns(sides: list[Side], clients: list[Client], plan: RealPlan, progress: Progress) -> Figures:
     """`true` in a claimed sandbox, one at a time, each side in turn (unpinned, as bench/server.py's round trips)."""
+    await settle(sides)
     handles = [await client.claim(NAME) for client in clients]
     tallies = [SideTally(side.front.pid, nodes=side.nodes) for side in sides]
     task = progress.add_task(f"exec true, single server and router in turns, {clients[0].label}", total=plan.execs)
