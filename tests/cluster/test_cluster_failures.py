@@ -1,0 +1,137 @@
+"""Failures of a cluster without Ray (fixed node agents): a node agent killed and started again on its data
+directory, a router killed and started again, and two routers in front of the same nodes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from rollbox import errors
+from rollbox.client import SandboxClient
+from rollbox.cluster.router import RESTART_WAIT
+from tests.cluster.conftest import NODES, POOL
+from tests.support.cluster import TOKENS, Cluster, claim_on_every_node, node_of, router_health, wait_for
+
+BACK_WITHIN = 10.0
+"""Seconds after a node agent serves again by which the router serves its claims again."""
+ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
+
+
+def timed(call: Callable[[], Any]) -> tuple[float, Any]:
+    """Seconds `call` took, and what it answered or raised."""
+    started = time.monotonic()
+    try:
+        answer = call()
+    except Exception as error:
+        answer = error
+    return time.monotonic() - started, answer
+
+
+def test_a_killed_node_agent_started_again_adopts_its_sandboxes(cluster: Cluster, client: SandboxClient) -> None:
+    held = claim_on_every_node(client, POOL, NODES)
+    victim, other = held["alpha"], held["beta"]
+    try:
+        victim.files.write("before.txt", "written before the kill\n")
+        sleeper = victim.run("setsid nohup sleep 1000 >/dev/null 2>&1 & echo $!")
+        assert sleeper.exit_code == 0, sleeper
+        cluster.nodes["alpha"].kill()
+
+        with httpx.Client(base_url=cluster.url, headers=ALICE, timeout=30) as http, ThreadPoolExecutor(4) as pool:
+            down = {
+                "get": pool.submit(timed, lambda: http.get(f"/v1/sandboxes/{victim.id}")),
+                "exec": pool.submit(timed, lambda: http.post(f"/v1/sandboxes/{victim.id}/exec",
+                                                             json={"command": "echo hi"})),
+                "read": pool.submit(timed, lambda: http.get(f"/v1/sandboxes/{victim.id}/files",
+                                                            params={"path": "before.txt"})),
+                "streamed": pool.submit(timed, lambda: victim.commands.run("echo hi", on_stdout=lambda _: None)),
+            }
+            meanwhile = [pool.submit(timed, lambda: other.run("echo untouched")) for _ in range(3)]
+            for took, result in (future.result() for future in meanwhile):
+                assert result.stdout == "untouched\n" and took < RESTART_WAIT / 2, (took, result)
+            took, claimed = timed(lambda: client.create_sandbox(warmpool=POOL))
+            assert not isinstance(claimed, Exception), claimed
+            assert node_of(claimed.id) == "beta" and took < RESTART_WAIT / 2, (claimed.id, took)
+            claimed.delete()
+            for what, future in down.items():
+                took, answer = future.result()
+                assert took <= RESTART_WAIT + 1.0, f"{what} answered after {took:.1f} s"
+                if isinstance(answer, httpx.Response):
+                    assert answer.status_code == 503, (what, answer.status_code, answer.text)
+                    assert answer.json()["error"]["code"] == "node_unavailable", (what, answer.text)
+                else:
+                    assert isinstance(answer, errors.NodeUnavailable), (what, answer)
+        wait_for(lambda: router_health(cluster.url)["nodes"]["alpha"]["status"] == "unreachable",
+                 "the router counting alpha unreachable", 10)
+
+        cluster.nodes["alpha"].start()
+        restarted = time.monotonic()
+        wait_for(lambda: _answers(client, victim.id), f"{victim.id} served again", BACK_WITHIN, every=0.1)
+        back = time.monotonic() - restarted
+        assert back <= BACK_WITHIN, f"claims on the restarted node answered {back:.1f} s after it served"
+        assert victim.refresh().info.state == "running"
+        assert victim.files.read_text("before.txt") == "written before the kill\n"
+        assert victim.run(f"kill -0 {sleeper.stdout.strip()} && echo alive").stdout == "alive\n"
+        assert victim.id in {sandbox.id for sandbox in client.list_sandboxes()}
+        assert other.run("echo still").stdout == "still\n"
+        assert router_health(cluster.url)["nodes"]["alpha"]["status"] == "up"
+    finally:
+        for sandbox in held.values():
+            sandbox.delete()
+
+
+def _answers(client: SandboxClient, sandbox_id: str) -> bool:
+    try:
+        return client.get_sandbox(sandbox_id).run("echo back").stdout == "back\n"
+    except (errors.NodeUnavailable, errors.ConnectionFailed):
+        return False
+
+
+def test_a_killed_router_started_again_serves_every_live_claim(cluster: Cluster, client: SandboxClient) -> None:
+    held = [client.create_sandbox(warmpool=POOL) for _ in range(4)]
+    held += claim_on_every_node(client, POOL, NODES).values()
+    try:
+        for number, sandbox in enumerate(held):
+            sandbox.files.write("mark.txt", f"{number}\n")
+        router = cluster.routers[0]
+        router.kill()
+        with pytest.raises(errors.ConnectionFailed):
+            client.list_sandboxes()
+        router.start()
+        wait_for(lambda: all(node["status"] == "up" for node in router_health(router.url)["nodes"].values()),
+                 "the restarted router's nodes up", 30)
+        assert {sandbox.id for sandbox in held} <= {sandbox.id for sandbox in client.list_sandboxes()}
+        for number, sandbox in enumerate(held):
+            assert client.get_sandbox(sandbox.id).info.state == "running"
+            assert sandbox.run("cat mark.txt").stdout == f"{number}\n", sandbox.id
+        (pool,) = client.list_warmpools()
+        assert (pool.name, pool.replicas) == (POOL, 8)
+    finally:
+        for sandbox in held:
+            sandbox.delete()
+
+
+def test_two_routers_serve_each_others_claims(cluster: Cluster, client: SandboxClient) -> None:
+    second = cluster.add_router()
+    with SandboxClient(second.url, token=TOKENS["alice"]) as other:
+        assert [(pool.name, pool.replicas) for pool in other.list_warmpools()] == [(POOL, 8)]
+        for first_router, second_router in ((client, other), (other, client)):
+            made = claim_on_every_node(first_router, POOL, NODES)
+            for name, sandbox in made.items():
+                served = second_router.get_sandbox(sandbox.id)
+                assert served.info.tenant == "alice" and node_of(served.id) == name
+                served.files.write("via.txt", "the other router\n")
+                assert sandbox.files.read_text("via.txt") == "the other router\n"
+                assert served.run("cat via.txt").stdout == "the other router\n"
+                streamed: list[str] = []
+                served.commands.run("echo one; sleep 0.2; echo two", on_stdout=streamed.append)
+                assert "".join(streamed) == "one\ntwo\n"
+                served.delete()
+                with pytest.raises(errors.SandboxNotFound):
+                    first_router.get_sandbox(sandbox.id)
+    second.stop()
+    cluster.routers.remove(second)
