@@ -36,7 +36,9 @@ NOTES = (
     "SIMULATED figures come from 50 stand-in nodes (bench/simulated_node.py) that keep claims and warm pools in memory "
     "and start no containers, served by rollbox's own API in one process; the router in front of them is the real "
     "one. While timed, the router's event loop has a CPU of its own; the client and the simulated nodes share the "
-    "other.",
+    "other. A simulated node answers through the same server stack as a router, so it costs about as much CPU per "
+    "claim: when the router is busy less than all the time, that other CPU set the rate, and the router's own bound "
+    "is 1000 / its CPU ms per claim.",
     "Real cluster: the client, the routers, the node agents and the single server all share this machine's CPUs. In "
     "the rounds marked 'a CPU each' the client runs on one CPU and the event loop of the process it talks to (single "
     "server or router) on another, as bench/server.py times claims; the node agents run where the scheduler puts "

@@ -31,7 +31,7 @@ LIVE = 20_000
 FEW = 100
 """Live claims at the bottom level."""
 WARM_PER_NODE = 50
-ROOM_PER_NODE = 600
+ROOM_PER_NODE = 640
 """Sandboxes a simulated node holds at most: its 400 claims, its share of the warm pool and a timed window's claims."""
 CONCURRENCY = 64
 TRUE = ["true"]
@@ -47,8 +47,8 @@ class SimulatedPlan:
     """Claims made through one router, then run in and deleted through the other."""
 
 
-QUICK = SimulatedPlan(window=1280, warmup=1280, handoffs=64)
-FULL = SimulatedPlan(window=2560, warmup=2560, handoffs=256)
+QUICK = SimulatedPlan(window=2560, warmup=1280, handoffs=64)
+FULL = SimulatedPlan(window=6400, warmup=6400, handoffs=256)
 
 
 def measure(root: Path, plan: SimulatedPlan, progress: Progress) -> Figures:
@@ -95,13 +95,21 @@ async def scale(router: Child, nodes: int, plan: SimulatedPlan, progress: Progre
         fill = Tally(router.pid, apart=True)
         spent = cpu_seconds(nodes)
         await claim_into(client, LIVE - FEW, fill, held, progress, f"fill to {LIVE} live claims")
-        figures["simulated_claims"] = {**fill.figures(), "router_cpu_busy": round(fill.server_cpu / fill.wall, 3),
-                                       "nodes_cpu_ms": round((cpu_seconds(nodes) - spent) * 1000 / (LIVE - FEW), 3)}
+        figures["simulated_claims"] = rate(fill, (cpu_seconds(nodes) - spent) * 1000 / (LIVE - FEW))
         figures["simulated_at_live"] = await level(client, router.pid, held, plan, progress)
     finally:
         os.sched_setaffinity(nodes, mine)
         await client.close()
     return figures
+
+
+def rate(fill: Tally, nodes_cpu_ms: float) -> Figures:
+    """The fill's figures, and what limited its rate: the router's share of its CPU (below 1, the other CPU, where
+    the client and the simulated nodes run, was the limit) and the rate its CPU per claim allows a router that has a
+    CPU of its own."""
+    figures = fill.figures()
+    return {**figures, "nodes_cpu_ms": round(nodes_cpu_ms, 3), "router_cpu_busy": round(fill.server_cpu / fill.wall, 3),
+            "router_bound_per_s": round(1000 / figures["server_cpu_ms"])}
 
 
 async def level(client: RawClient, router: int, held: list[str], plan: SimulatedPlan, progress: Progress) -> Figures:
