@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from rollbox import errors
 from rollbox.client import Sandbox, SandboxClient
@@ -19,8 +20,16 @@ from tests.cluster.conftest import NODES, POOL, SHARES
 from tests.support.cluster import TOKENS, Cluster, claim_on_every_node, node_of, router_health, wait_for
 from tests.support.servers import RL_TEMPLATE
 
-POOL_DOCUMENT = "kind: SandboxWarmPool\nmetadata: {{name: {name}}}\nspec: {{replicas: {replicas}, " \
-                "sandboxTemplateRef: {{name: {template}}}}}\n"
+
+def pool_document(name: str, replicas: int, template: str) -> dict[str, Any]:
+    return {"kind": "SandboxWarmPool", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": template}}}
+
+
+def post_apply(cluster: Cluster, tenant: str, document: dict[str, Any]) -> httpx.Response:
+    """`POST /v1/apply` as the tenant's own HTTP client sends it."""
+    return httpx.post(f"{cluster.url}/v1/apply", json={"documents": [document]},
+                      headers={"Authorization": f"Bearer {TOKENS[tenant]}"}, timeout=30)
 
 
 def node_health(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -69,7 +78,7 @@ def test_a_pool_larger_than_the_cluster_takes_the_room_left_and_no_more(cluster:
                                                                         client: SandboxClient) -> None:
     """Placed partially: each node keeps what room the pools before it (by name) left, and the pool's replicas stay
     as asked. A claim that needs a new sandbox then takes a warm one's room: no node runs more than it may."""
-    (applied,) = client.apply(POOL_DOCUMENT.format(name="zz-overflow", replicas=100, template="rl-python"))
+    (applied,) = client.apply(yaml.safe_dump(pool_document("zz-overflow", 100, "rl-python")))
     assert applied.status == "created"
     room = {name: most - SHARES[name] for name, most in NODES.items()}
     overflow = client.get_warmpool("zz-overflow")
@@ -92,13 +101,10 @@ def test_a_pool_larger_than_the_cluster_takes_the_room_left_and_no_more(cluster:
 
 
 def test_a_pool_whose_template_is_missing_is_refused(cluster: Cluster, client: SandboxClient) -> None:
-    document = POOL_DOCUMENT.format(name="orphan", replicas=2, template="no-such-template")
+    document = pool_document("orphan", 2, "no-such-template")
     with pytest.raises(errors.TemplateNotFound, match="no-such-template"):
-        client.apply(document)
-    answer = httpx.post(f"{cluster.url}/v1/apply", json={"documents": [
-        {"kind": "SandboxWarmPool", "metadata": {"name": "orphan"},
-         "spec": {"replicas": 2, "sandboxTemplateRef": {"name": "no-such-template"}}}]},
-        headers={"Authorization": f"Bearer {TOKENS['alice']}"}, timeout=30)
+        client.apply(yaml.safe_dump(document))
+    answer = post_apply(cluster, "alice", document)
     events = [json.loads(line) for line in answer.text.splitlines()]
     assert [event.get("code") for event in events if event["event"] == "error"] == ["template_not_found"], events
     assert errors.TemplateNotFound.status == 404
@@ -276,13 +282,10 @@ def test_tenants_cannot_reach_each_others_sandboxes(cluster: Cluster, client: Sa
 
 
 def test_only_an_admin_changes_templates_and_pools(cluster: Cluster, bob: SandboxClient) -> None:
-    document = POOL_DOCUMENT.format(name="bobs-pool", replicas=1, template="rl-python")
+    document = pool_document("bobs-pool", 1, "rl-python")
     with pytest.raises(errors.Forbidden, match="admin"):
-        bob.apply(document)
-    answer = httpx.post(f"{cluster.url}/v1/apply", json={"documents": [
-        {"kind": "SandboxWarmPool", "metadata": {"name": "bobs-pool"},
-         "spec": {"replicas": 1, "sandboxTemplateRef": {"name": "rl-python"}}}]},
-        headers={"Authorization": f"Bearer {TOKENS['bob']}"}, timeout=30)
+        bob.apply(yaml.safe_dump(document))
+    answer = post_apply(cluster, "bob", document)
     assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden"
     with pytest.raises(errors.Forbidden):
         bob.delete_warmpool(POOL)
