@@ -5,11 +5,14 @@ processes, each a Ray node), every worker a rollbox node with its own data direc
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -122,3 +125,61 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+class AutoscalingTestCluster:
+    """Ray's fake multi-node autoscaling cluster on this machine: a head whose autoscaler starts and stops worker
+    raylets (each a Ray node offering `rollbox`) as if they were machines. Started in a Ray directory of its own,
+    so stopping it stops only its own processes."""
+
+    def __init__(self, root: Path, max_workers: int = 3, max_sandboxes: int = 4, min_workers: int = 1) -> None:
+        self.root = root
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="rbas-"))  # short: Ray's socket paths live under it
+        self.secret_file = root / "cluster-secret"
+        self.secret_file.write_text(secrets.token_hex(32))
+        self.port = _free_port()
+        config: dict[str, Any] = {
+            "cluster_name": "rollbox-autoscaling", "max_workers": max_workers,
+            "provider": {"type": "fake_multinode", "use_node_id_as_ip": False, "disable_node_updaters": True,
+                         "disable_launch_config_check": True, "gcs_address": f"127.0.0.1:{self.port}"},
+            "available_node_types": {
+                "ray.head.default": {"resources": {}, "node_config": {}, "max_workers": 0},
+                "rollbox.worker": {"resources": {"CPU": 1, "rollbox": 1}, "node_config": {},
+                                   "labels": {"rollbox.io/max-sandboxes": str(max_sandboxes)},
+                                   "min_workers": min_workers, "max_workers": max_workers}},
+            "head_node_type": "ray.head.default", "auth": {}, "upscaling_speed": 1.0, "idle_timeout_minutes": 0.1,
+            "docker": {}, "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
+            "worker_setup_commands": [], "head_start_ray_commands": [], "worker_start_ray_commands": [],
+            "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
+            "rsync_exclude": [], "rsync_filter": []}
+        config_file = root / "autoscaling.json"
+        config_file.write_text(json.dumps(config))
+        environment = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
+        started = subprocess.run([str(Path(sys.executable).with_name("ray")), "start", "--head", f"--port={self.port}",
+                        "--num-cpus=0", f"--temp-dir={self.temp_dir}", f"--autoscaling-config={config_file}",
+                        "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+                        f"--system-config={json.dumps(HEALTH_CHECKS, separators=(',', ':'))}"],
+                       env=environment, capture_output=True, text=True)
+        if started.returncode:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            raise RuntimeError(f"ray start failed: {started.stdout[-2000:]} {started.stderr[-2000:]}")
+        self.address = f"127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        """Stops every process of this cluster (found by its Ray directory), the autoscaler's nodes with them."""
+        for _ in range(50):
+            mine = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and _runs_in(int(pid), self.temp_dir)]
+            if not mine:
+                break
+            for pid in mine:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _runs_in(pid: int, directory: Path) -> bool:
+    try:
+        return str(directory).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False

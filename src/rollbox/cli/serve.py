@@ -41,7 +41,8 @@ def add_commands(commands: Commands) -> None:
                               "addresses is one node per address)")
     cluster.add_argument("--node-data-dir", metavar="DIR",
                          help="with --ray: the node agents' data directory, where a node's label "
-                              "rollbox.io/data-dir does not say (default /var/lib/rollbox)")
+                              "rollbox.io/data-dir does not say; {node} stands for the node's name "
+                              "(default /var/lib/rollbox)")
     serve.set_defaults(run=cmd_serve)
 
     down = commands.add_parser(

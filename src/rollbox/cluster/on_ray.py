@@ -3,10 +3,11 @@ actor pinned to that node (hard node affinity) that Ray restarts when it dies; t
 Ray's autoscaler asked for nodes when the warm pools need them.
 
 A Ray node says how it wants to be run by its labels (`ray start --labels`): its node name (`rollbox.io/node`,
-else its address), its data directory (`rollbox.io/data-dir`, else the router's `--node-data-dir`) and how many
-sandboxes it holds (`rollbox.io/max-sandboxes`, else the router's `--max-sandboxes`). The name and data directory
-must stay the same when a node leaves and comes back: that is how it finds, and deletes, the sandboxes whose
-claims were declared lost.
+else the end of its Ray node id), its data directory (`rollbox.io/data-dir`, else the router's
+`--node-data-dir`, where `{node}` stands for the node's name) and how many sandboxes it holds
+(`rollbox.io/max-sandboxes`, else the router's `--max-sandboxes`). A node that leaves and comes back on the same
+data directory finds there the sandboxes whose claims were declared lost, and deletes them; with a name of its
+own (the label), calls on those sandboxes answer node_lost until it is back, then not found.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ DATA_DIR_LABEL = "rollbox.io/data-dir"
 CAPACITY_LABEL = "rollbox.io/max-sandboxes"
 FIRST_ANSWER = 0.2
 """Seconds a look waits for an agent's address when it first asks; later looks only check for the answer."""
+DEFAULT_NAME = 12
+"""Characters of the Ray node id (its end) that name a node without a name label."""
 STARTUP_TIMEOUT = 120.0
 """Seconds a node agent may take to adopt what its data directory holds and start serving."""
 
@@ -64,6 +67,8 @@ class NodeAgentActor:
 class RayMembers:
     """The Ray cluster's rollbox nodes, each with its node agent actor (started here when missing)."""
 
+    scales = True
+
     def __init__(self, address: str | None, secret: str, *, data_dir: str, node_capacity: int) -> None:
         ray.init(address=address or "auto", namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
         self.secret = secret
@@ -72,6 +77,8 @@ class RayMembers:
         self._actors: dict[str, Any] = {}
         self._urls: dict[str, str] = {}
         self._asking: dict[str, Any] = {}
+        self._released: set[str] = set()
+        """Ray node ids of empty nodes whose agents were stopped for the autoscaler to take them back."""
         self._names: dict[str, str] = {}
         """Ray node id to node name, for every rollbox node seen (dead ones keep theirs)."""
 
@@ -79,13 +86,15 @@ class RayMembers:
         members = []
         for node in ray.nodes():
             node_id, labels = node["NodeID"], node.get("Labels") or {}
+            if node_id in self._released:
+                continue
             if node["Alive"] and node["Resources"].get(RESOURCE):
-                name = self._names.setdefault(node_id, labels.get(NAME_LABEL) or node["NodeManagerAddress"])
+                name = self._names.setdefault(node_id, labels.get(NAME_LABEL) or node_id[-DEFAULT_NAME:])
                 if name in stale:
                     self._urls.pop(node_id, None)
                 members.append(Member(self._url(node, name), name, True, node_id))
             elif not node["Alive"] and (node_id in self._names or NAME_LABEL in labels):
-                name = self._names.setdefault(node_id, labels.get(NAME_LABEL, ""))
+                name = self._names.setdefault(node_id, labels.get(NAME_LABEL) or node_id[-DEFAULT_NAME:])
                 members.append(Member(None, name, False, node_id))
                 self._forget(node_id)
         return members
@@ -120,7 +129,7 @@ class RayMembers:
                        "get_if_exists": True, "max_restarts": -1, "num_cpus": 0, "max_concurrency": 4,
                        "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
             capacity = int(labels.get(CAPACITY_LABEL, self.node_capacity))
-            data_dir = labels.get(DATA_DIR_LABEL, self.data_dir)
+            data_dir = labels.get(DATA_DIR_LABEL) or self.data_dir.replace("{node}", name)
             actor = self._actors[node_id] = ray.remote(NodeAgentActor).options(**options).remote(
                 name, data_dir, self.secret, capacity, node["NodeManagerAddress"], node_id)
         return actor
@@ -132,7 +141,17 @@ class RayMembers:
 
     def want_nodes(self, count: int) -> None:
         log.warning("warm pools need %d rollbox nodes: asking Ray's autoscaler for them", count)
+        if count > len(self._actors):
+            self._released.clear()  # nodes not taken back yet serve again
         request_resources(bundles=[{RESOURCE: 1}] * count)
+
+    def release(self, name: str) -> None:
+        for node_id, known in self._names.items():
+            actor = self._actors.get(node_id)
+            if known == name and actor is not None:
+                ray.kill(actor, no_restart=True)
+                self._released.add(node_id)
+                self._forget(node_id)
 
     def close(self) -> None:
         """The node agents stay: they outlive routers."""

@@ -76,7 +76,7 @@ class ClusterNode:
 
     def _serving(self) -> list[NodeState]:
         """The nodes that take new claims and changes of templates and pools."""
-        return [node for node in self.watcher.view.values() if node.status == "up" and node.url is not None]
+        return self.watcher.serving()
 
     def _answering(self) -> list[NodeState]:
         """The nodes that answer for the sandboxes they have."""
@@ -208,7 +208,7 @@ class ClusterNode:
 
     async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
         """A template is built on every node (progress is the first node's); a warm pool is split over them."""
-        nodes = self._serving()
+        nodes = self._answering()
         if not nodes:
             raise NodeUnavailable("no node of the cluster serves now: start node agents first")
         if isinstance(resource, SandboxTemplate):
@@ -220,7 +220,7 @@ class ClusterNode:
         if before is not None and _same(before, pool):
             return "unchanged"
         await self._check_template(pool.template, nodes)
-        await self.watcher.place({**read_pools(self.watcher.view.values()), pool.name: pool}, nodes)
+        await self.watcher.place({**read_pools(self.watcher.view.values()), pool.name: pool}, self._serving())
         await self.watcher.look()
         return "created" if before is None else "configured"
 
@@ -235,7 +235,7 @@ class ClusterNode:
         return await self._first(lambda node: node.template(name))
 
     async def delete_template(self, name: str) -> None:
-        await self._on_each(lambda node: node.delete_template(name), self._serving())
+        await self._on_each(lambda node: node.delete_template(name), self._answering())
 
     async def warmpools(self) -> list[WarmPoolInfo]:
         pools = read_pools(self.watcher.view.values())
@@ -248,7 +248,7 @@ class ClusterNode:
         return self._pool_info(pool)
 
     def _pool_info(self, pool: ClusterPool) -> WarmPoolInfo:
-        held = [node.pools[pool.name] for node in self._serving() if pool.name in node.pools]
+        held = [node.pools[pool.name] for node in self._answering() if pool.name in node.pools]
         return WarmPoolInfo(name=pool.name, template=pool.template, replicas=pool.replicas,
                             max_replicas=pool.max_replicas, target=sum(h.get("replicas", 0) for h in held),
                             ready=sum(h.get("ready", 0) for h in held),
@@ -257,11 +257,11 @@ class ClusterNode:
 
     async def delete_warmpool(self, name: str) -> None:
         await self.warmpool(name)
-        await self._on_each(lambda node: node.delete_warmpool(name), self._serving())
+        await self._on_each(lambda node: node.delete_warmpool(name), self._answering())
         await self.watcher.look()
 
     async def _first(self, call: Callable[[RemoteNode], Awaitable[T]]) -> T:
-        nodes = self._serving()
+        nodes = self._answering()
         if not nodes:
             raise NodeUnavailable("no node of the cluster serves now: start node agents first")
         return await call(self._remote(nodes[0].url))
@@ -270,7 +270,7 @@ class ClusterNode:
 
     async def health(self) -> dict[str, Any]:
         view = self.watcher.view
-        serving = self._serving()
+        serving = self._answering()
         pools = {name: {"template": info.template, "replicas": info.replicas, "ready": info.ready,
                         "starting": info.starting}
                  for name, info in ((name, self._pool_info(pool))

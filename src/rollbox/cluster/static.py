@@ -14,6 +14,8 @@ from rollbox.cluster.view import Member
 
 
 class StaticMembers:
+    scales = False
+
     def __init__(self, urls: list[str]) -> None:
         self.urls = [url.rstrip("/") for url in urls]
 
@@ -22,6 +24,9 @@ class StaticMembers:
 
     def want_nodes(self, count: int) -> None:
         """No cluster engine to ask: the operator adds nodes."""
+
+    def release(self, name: str) -> None:
+        """The operator removes nodes."""
 
     def close(self) -> None:
         pass

@@ -44,10 +44,15 @@ PROBE_TIMEOUT = 1.0
 class Members(Protocol):
     """A cluster engine's list of nodes (Ray's, or a fixed list of node agents)."""
 
+    scales: bool
+    """Whether the engine adds and removes nodes on request (then `want_nodes` and `release` do something)."""
+
     def poll(self, stale: set[str]) -> list[Member]:
         """The nodes now; `stale` names nodes whose agent stopped answering, whose address may have changed."""
     def want_nodes(self, count: int) -> None:
-        """Asks for `count` nodes in all (0: no request), where the engine can add nodes."""
+        """Asks for `count` nodes in all (0: no request)."""
+    def release(self, name: str) -> None:
+        """Stops the empty node's agent, so that the engine may take the node back; it is no member meanwhile."""
     def close(self) -> None: ...
 
 
@@ -64,6 +69,8 @@ class Watcher:
         """(name, incarnation) of nodes whose templates and pools were brought in line since they came up."""
         self._syncing: dict[str, asyncio.Task[None]] = {}
         self._wanted = 0
+        self.draining: set[str] = set()
+        """Nodes beyond what the pools need, holding no claim: they take nothing new, and go once empty."""
         self._changed = asyncio.Event()
         self._wake = asyncio.Event()
         self._waiting = 0
@@ -202,25 +209,36 @@ class Watcher:
 
     # -- warm pools ------------------------------------------------------------------------
 
+    def serving(self) -> list[NodeState]:
+        """The nodes that take new claims and warm pool shares: answering, brought in line, not draining."""
+        return [node for node in self.view.values()
+                if node.status == "up" and node.url is not None and node.name not in self.draining]
+
     async def _spread_pools(self) -> None:
-        serving = [node for node in self.view.values() if node.status == "up"]
         pools = read_pools(self.view.values())
-        await self.place(pools, serving)
         self._autoscale(pools)
+        await self.place(pools, self.serving())
 
     async def place(self, pools: dict[str, ClusterPool], serving: list[NodeState]) -> None:
-        """Applies each pool's share to every serving node that does not keep it yet."""
+        """Applies each pool's share to every serving node that does not keep it yet, and a share of none to the
+        draining nodes that still keep one."""
         shares = pool_shares({name: pool.replicas for name, pool in pools.items()}, serving)
+        draining = [node for node in self.view.values() if node.name in self.draining and node.status == "up"]
+        for pool in shares.values():
+            pool.update({node.name: 0 for node in draining})
         applies = [self.remote(node.url).apply(pool.share(shares[name][node.name]), lambda message: None)
-                   for name, pool in pools.items() for node in serving
+                   for name, pool in pools.items() for node in [*serving, *draining]
                    if node.url is not None and not pool.kept_by(node, shares[name][node.name])]
         for failure in await asyncio.gather(*applies, return_exceptions=True):
             if isinstance(failure, Exception):
                 log.warning("placing a warm pool's share failed: %s; trying again", failure)
 
     def _autoscale(self, pools: dict[str, ClusterPool]) -> None:
-        """Holds a request for as many nodes as the pools' replicas need (none when they need none), so the cluster
-        engine adds nodes while they need more room and may remove what they no longer need."""
+        """Holds a request for as many nodes as the pools' replicas need (none when they need none), and drains the
+        nodes beyond that which hold no claim: no new claims or pool shares go there, and once empty their agents
+        stop, so that the cluster engine may take them back."""
+        if not self.members.scales:
+            return
         nodes = [node for node in self.view.values() if node.status in ("up", "joining")]
         demand = sum(pool.replicas for pool in pools.values())
         per_node = (sum(node.max_sandboxes for node in nodes) / len(nodes)) if nodes else self.node_capacity
@@ -228,6 +246,13 @@ class Watcher:
         if wanted != self._wanted:
             self._wanted = wanted
             self.members.want_nodes(wanted)
+        up = sorted((node for node in nodes if node.status == "up"), key=lambda node: (node.claims, node.name))
+        surplus = len(up) - max(wanted, 1)
+        self.draining = {node.name for node in up[len(up) - surplus:] if node.claims == 0} if surplus > 0 else set()
+        for name in self.draining:
+            if self.view[name].sandboxes == 0:
+                log.warning("node %s is not needed and empty: stopping its agent", name)
+                self.members.release(name)
 
 
 def lost(node: NodeState) -> NodeLost:
