@@ -103,6 +103,10 @@ class ClusterNode:
         name = sandbox_id.rpartition("-")[0]
         node = self.watcher.view.get(name)
         if node is None:
+            if self.watcher.unnamed:
+                raise NodeUnavailable(f"sandbox {sandbox_id!r} is on no node this router knows, and "
+                                      f"{self.watcher.unnamed} node agents have not answered it yet: it may be on "
+                                      "one of them; try again shortly")
             raise SandboxNotFound(f"sandbox {sandbox_id!r} does not exist")
         if node.status not in SERVING or node.url is None:
             if node.status == "lost":

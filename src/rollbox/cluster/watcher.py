@@ -69,6 +69,8 @@ class Watcher:
         """(name, incarnation) of nodes whose templates and pools were brought in line since they came up."""
         self._syncing: dict[str, asyncio.Task[None]] = {}
         self._wanted = 0
+        self.unnamed = 0
+        """Node agents that never answered this router, so it cannot tell which sandboxes are theirs."""
         self.draining: set[str] = set()
         """Nodes beyond what the pools need, holding no claim: they take nothing new, and go once empty."""
         self._changed = asyncio.Event()
@@ -136,6 +138,7 @@ class Watcher:
         stale = {name for name, node in self.view.items() if node.status == "unreachable"}
         members = await to_thread.run_sync(self.members.poll, stale)
         states = await asyncio.gather(*(self._probe(member) for member in members))
+        self.unnamed = sum(state is None and member.alive for state, member in zip(states, members, strict=True))
         view: dict[str, NodeState] = {}
         for state in states:
             if state is None:
