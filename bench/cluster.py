@@ -69,11 +69,13 @@ def main() -> None:
         real.mkdir()
         figures.update(cluster_simulated.measure(simulated, cluster_simulated.QUICK if args.quick
                                                  else cluster_simulated.FULL, progress))
+        simulated_s = time.perf_counter() - start
         figures.update(cluster_real.measure(real, cluster_real.QUICK if args.quick else cluster_real.FULL, progress,
                                             args.ray))
     figures["machine"]["load_after"] = load()
     figures["mode"] = "quick" if args.quick else "full"
     figures["elapsed_s"] = round(time.perf_counter() - start, 1)
+    figures["simulated_elapsed_s"] = round(simulated_s, 1)
     figures["missed"] = missed(figures)
     console = Console(width=200)
     console.print(table(figures))

@@ -1,13 +1,13 @@
 """The real-cluster phases of bench/cluster.py: node agents (`rollbox node`, each with a data directory and an engine
-of its own) behind one router, against the single-machine `rollbox serve` in the same run, both reached alike
-(loopback TCP, a tenant token) and both holding the same warm pool: warm claims at 1 and 64 clients, and `true` run
-one at a time. The router and the single server take turns round by round, so that both meet the same moments of
-a shared machine.
+of its own) behind one router, and with Ray a router over node agents on a local Ray cluster, against the
+single-machine `rollbox serve` in the same run, all reached alike (loopback TCP, a tenant token) and all holding the
+same warm pool: warm claims at 1 and 64 clients, and `true` run one at a time. They take turns round by round, so
+that all meet the same moments of a shared machine.
 
-The 64-client rounds run twice: once with the client on one CPU and the event loop of the process it talks to (the
-single server, or the router) on the other, as bench/server.py times claims (see cpu.cpus_apart), and once as the
-scheduler places everything. The node agents run where the scheduler puts them even in the first: two cores cannot
-give the client, the router and the nodes one each, as machines of their own would.
+The 64-client rounds run with the client on one CPU and the event loop of the process it talks to (the single
+server, or the router) on the other, as bench/server.py times claims (see cpu.cpus_apart), and in a full run once
+more as the scheduler places everything. The node agents run where the scheduler puts them even in the first: two
+cores cannot give the client, the router and the nodes one each, as machines of their own would.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,10 @@ from cluster_processes import TOKEN, TOKEN_ARGS, Child, rollbox, router, secret_
 from common import Figures, teardown
 from cpu import Tally, cpu_seconds
 from plan import Plan
-from pool import NAME, Control
+from pool import NAME, Control, resources
+from rollbox.client import SandboxClient
 from rollbox.engine import Engine
+from rollbox.errors import RollboxError
 
 NODES = ("bench-a", "bench-b", "bench-c")
 REPO = Path(__file__).resolve().parents[1]
@@ -44,11 +47,20 @@ class RealPlan:
     """Warm claims per concurrency and side."""
     execs: int
     clients: tuple[type[Client], ...]
+    shared: bool
+    """Whether the 64-client rounds run a second time with the CPUs shared as the scheduler places everything."""
 
     @property
     def room(self) -> int:
         """Sandboxes a side holds at most: its pool, a round's claims, and a pool's worth of refills under way."""
         return 2 * self.pool + 64
+
+    @property
+    def node_room(self) -> int:
+        """Sandboxes a node of a cluster holds at most: less than half the pool, so that a router over Ray, which
+        drains the nodes its pools do not need, wants all three (a node's share of the pool and of a round's claims
+        fit in it; claiming a warm sandbox takes no room)."""
+        return self.pool // 2 - 1
 
     @property
     def rounds(self) -> Plan:
@@ -57,8 +69,8 @@ class RealPlan:
                     workers=0)
 
 
-QUICK = RealPlan(pool=96, claims=64, execs=200, clients=(RawClient,))
-FULL = RealPlan(pool=192, claims=640, execs=1000, clients=(RawClient, SdkClient))
+QUICK = RealPlan(pool=96, claims=64, execs=200, clients=(RawClient,), shared=False)
+FULL = RealPlan(pool=192, claims=640, execs=1000, clients=(RawClient, SdkClient), shared=True)
 
 
 @dataclass
@@ -99,7 +111,7 @@ class SideTally(Tally):
 def measure(root: Path, plan: RealPlan, progress: Progress, ray: bool) -> Figures:
     secret = secret_file(root)
     data = {name: root / name for name in ("single", *NODES)}
-    most = plan.room // len(NODES) + 1
+    most = plan.node_room
     try:
         with contextlib.ExitStack() as running:
             single = running.enter_context(rollbox(root, "single", *server_args(
@@ -109,9 +121,13 @@ def measure(root: Path, plan: RealPlan, progress: Progress, ray: bool) -> Figure
                       for name in NODES]
             front = running.enter_context(router(root, "router", [agent.url for agent in agents], secret))
             sides = [Side("single", single), Side("router", front, tuple(agent.pid for agent in agents))]
+            failed = {}
             if ray:
-                sides.append(running.enter_context(on_ray(root / "ray", most)))
-            return asyncio.run(compare(sides, plan, progress))
+                try:
+                    sides.append(running.enter_context(on_ray(root / "ray", most, plan.pool)))
+                except Exception as error:  # the other sides are still worth measuring: the verdicts say it failed
+                    failed["ray_failed"] = f"{type(error).__name__}: {error}"[:2000]
+            return {**asyncio.run(compare(sides, plan, progress)), **failed}
     finally:
         for path in data.values():
             if (path / "state.db").exists():
@@ -119,9 +135,11 @@ def measure(root: Path, plan: RealPlan, progress: Progress, ray: bool) -> Figure
 
 
 @contextlib.contextmanager
-def on_ray(root: Path, most: int) -> Iterator[Side]:
+def on_ray(root: Path, most: int, pool: int) -> Iterator[Side]:
     """A router (`rollbox serve --ray ADDRESS`) over a local Ray cluster: a head and a worker raylet per node, each
-    worker a rollbox node (its agent a Ray actor) with a data directory of its own, as the cluster tests make it."""
+    worker a rollbox node (its agent a Ray actor) with a data directory of its own, as the cluster tests make it.
+    The benchmark's pool is applied as soon as a node serves: until then the router needs no node and stops all
+    agents but one's."""
     if str(REPO) not in sys.path:
         sys.path.append(str(REPO))
     from tests.support.ray_cluster import RayTestCluster
@@ -130,6 +148,9 @@ def on_ray(root: Path, most: int) -> Iterator[Side]:
     cluster = RayTestCluster(root, workers=len(NODES), max_sandboxes=most)
     try:
         cluster.start_router(0, *TOKEN_ARGS)
+        cluster.wait_for(lambda health: any(node["status"] == "up" for node in health["nodes"].values()),
+                         what="a serving node")
+        apply_while_draining(cluster.url, resources(pool))
         cluster.wait_serving(len(NODES))
         assert cluster.router is not None
         front = Child("ray", cluster.url, cluster.router.pid, root / "router.log")
@@ -140,6 +161,20 @@ def on_ray(root: Path, most: int) -> Iterator[Side]:
         raise RuntimeError(f"the Ray cluster's nodes left {left} on this machine")
 
 
+def apply_while_draining(url: str, resources: str, attempts: int = 10) -> None:
+    """Applies `resources` through a router that may be stopping the agents it does not need: a node it stopped
+    still stands in its view until its next look, and an apply that reaches it fails (tried again a second later)."""
+    with SandboxClient(url, TOKEN) as client:
+        for attempt in range(attempts):
+            try:
+                client.apply(resources)
+                return
+            except RollboxError as error:
+                if error.status < 500 or attempt == attempts - 1:
+                    raise
+                time.sleep(1.0)
+
+
 async def compare(sides: list[Side], plan: RealPlan, progress: Progress) -> Figures:
     figures: Figures = {}
     try:
@@ -147,7 +182,7 @@ async def compare(sides: list[Side], plan: RealPlan, progress: Progress) -> Figu
         for kind in plan.clients:
             clients = [kind(side.front.url, TOKEN) for side in sides]
             try:
-                for concurrency, apart in ((1, True), (64, True), (64, False)):
+                for concurrency, apart in ((1, True), (64, True), *([(64, False)] if plan.shared else [])):
                     figures.update(await warm_claims(sides, clients, concurrency, apart, plan, progress))
                 figures.update(await true_in_turns(sides, clients, plan, progress))
             finally:
