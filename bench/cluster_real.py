@@ -52,7 +52,7 @@ class RealPlan:
 
     @property
     def room(self) -> int:
-        """Sandboxes a side holds at most: its pool, a round's claims, and a pool's worth of refills under way."""
+        """Sandboxes the single server holds at most: its pool, a round's claims, and a pool's worth of refills."""
         return 2 * self.pool + 64
 
     @property
@@ -75,7 +75,7 @@ FULL = RealPlan(pool=192, claims=640, execs=1000, clients=(RawClient, SdkClient)
 
 @dataclass
 class Side:
-    """One way to a warm pool: the single server, or the router in front of the node agents."""
+    """One way to a warm pool: the single server, or a router in front of node agents (whose pids `nodes` holds)."""
 
     name: str
     front: Child
@@ -231,7 +231,8 @@ async def true_in_turns(sides: list[Side], clients: list[Client], plan: RealPlan
     await settle(sides)
     handles = [await client.claim(NAME) for client in clients]
     tallies = [SideTally(side.front.pid, nodes=side.nodes) for side in sides]
-    task = progress.add_task(f"exec true, single server and router in turns, {clients[0].label}", total=plan.execs)
+    names = ", ".join(side.name for side in sides)
+    task = progress.add_task(f"exec true, {names} in turns, {clients[0].label}", total=plan.execs)
     try:
         for client, handle in zip(clients, handles, strict=True):
             await succeed(client, handle, TRUE)

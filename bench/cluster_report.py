@@ -28,7 +28,10 @@ SIMULATED_TARGETS: dict[str, Check] = {
     "simulated_rss_per_live_claim_bytes": ("router memory <= 2 KB per live claim", lambda b: b <= 2048,
                                            lambda b: f"{b:.0f} bytes"),
     "simulated_handoffs": ("every claim served by the other router", lambda m: m["served"] == m["requested"],
-                           lambda m: f"{m['served']}/{m['requested']}"),
+                           lambda m: f"{m['served']}/{m['requested']}, 64 clients, through the other: exec true "
+                                     f"p50 {(m['exec_ms'] or {}).get('p50')} ms, delete p50 "
+                                     f"{(m['delete_ms'] or {}).get('p50')} ms" + (f"; failed: {m['failed']}"
+                                                                                  if m["failed"] else "")),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,25 +158,32 @@ async def concurrently(count: int, step: Callable[[int], Awaitable[Any]], tally:
 
 
 async def handoffs(first: Child, second: Child, count: int, progress: Progress) -> Figures:
-    """`count` claims made through `first`, each then run in (`true`), deleted, and found gone, through `second`."""
+    """`count` claims made through `first`, each then run in (`true`), deleted, and found gone, through `second`;
+    a hand-off that fails anywhere counts as not served, by its error."""
     one, other = RawClient(first.url, TOKEN), RawClient(second.url, TOKEN)
     runs, deletes = Tally(None), Tally(None)
-    served = 0
+    failures: Counter[str] = Counter()
 
     async def handoff(_: int) -> None:
-        nonlocal served
-        handle = await one.claim(NAME)
-        ran, (code, _) = await timed(other.run(handle, TRUE))
-        deleted, _ = await timed(other.delete(handle))
-        await one.call("GET", f"/v1/sandboxes/{handle}", None, 404)
+        try:
+            handle = await one.claim(NAME)
+            ran, (code, _) = await timed(other.run(handle, TRUE))
+            deleted, _ = await timed(other.delete(handle))
+            await one.call("GET", f"/v1/sandboxes/{handle}", None, 404)
+        except (RuntimeError, OSError, asyncio.IncompleteReadError) as error:
+            failures[str(error)[:200]] += 1
+            return
+        if code != 0:
+            failures[f"true exited with {code}"] += 1
+            return
         runs.latencies.append(ran)
         deletes.latencies.append(deleted)
-        served += code == 0
 
     try:
         await concurrently(count, handoff, Tally(None), progress, "claims made through one router, served by another")
     finally:
         await one.close()
         await other.close()
-    return {"requested": count, "served": served, "exec_ms": distribution(runs.latencies),
-            "delete_ms": distribution(deletes.latencies)}
+    return {"requested": count, "served": len(runs.latencies), "failed": dict(failures),
+            "exec_ms": distribution(runs.latencies) if runs.latencies else None,
+            "delete_ms": distribution(deletes.latencies) if deletes.latencies else None}
