@@ -1,7 +1,7 @@
 """Cluster benchmark: the router's own cost at scale, on SIMULATED nodes, and the router in front of real node agents
 against the single-machine server, in the same run (issue 20's targets).
 
-Run as root: `.venv/bin/python bench/cluster.py [--quick] [--no-ray]`. It makes everything it measures in a
+Run as root: `.venv/bin/python bench/cluster.py [--quick] [--ray | --no-ray]`. It makes everything it measures in a
 throw-away directory and removes it all at the end:
 - 50 SIMULATED nodes (simulated_node.py: claims and warm pools in memory, no containers) behind one real router
   process (`rollbox serve --node URL` x 50): claims per second up to 20,000 live claims, the router's CPU per claim at
@@ -58,9 +58,11 @@ def main() -> None:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples: under 90 s")
-    parser.add_argument("--ray", action=argparse.BooleanOptionalAction, default=ray_available(),
-                        help="also measure a router over a local Ray cluster (default: when Ray is installed)")
+    parser.add_argument("--ray", action=argparse.BooleanOptionalAction,
+                        help="also measure a router over a local Ray cluster (default: when Ray is installed, but not "
+                             "with --quick: a Ray cluster of four raylets takes 20 to 40 s to start here)")
     args = parser.parse_args()
+    ray = args.ray if args.ray is not None else ray_available() and not args.quick
     start = time.perf_counter()
     figures: Figures = {"machine": machine()}
     with tempfile.TemporaryDirectory(prefix="rollbox-bench-cluster-") as root, progress_bars() as progress:
@@ -71,9 +73,10 @@ def main() -> None:
                                                  else cluster_simulated.FULL, progress))
         simulated_s = time.perf_counter() - start
         figures.update(cluster_real.measure(real, cluster_real.QUICK if args.quick else cluster_real.FULL, progress,
-                                            args.ray))
+                                            ray))
     figures["machine"]["load_after"] = load()
     figures["mode"] = "quick" if args.quick else "full"
+    figures["ray"] = ray
     figures["elapsed_s"] = round(time.perf_counter() - start, 1)
     figures["simulated_elapsed_s"] = round(simulated_s, 1)
     figures["missed"] = missed(figures)

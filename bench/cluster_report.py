@@ -87,7 +87,8 @@ def describe(name: str) -> str:
 
 def table(figures: Figures) -> Table:
     m = figures["machine"]
-    report = Table(title=f"rollbox cluster benchmark ({figures['mode']}, {figures['elapsed_s']} s)",
+    ray = "with" if figures["ray"] else "without"
+    report = Table(title=f"rollbox cluster benchmark ({figures['mode']}, {ray} Ray, {figures['elapsed_s']} s)",
                    caption=f"{m['cores']} cores, {m['memory_mb']} MB, Linux {m['kernel']}, runc {m['runc']}; load "
                            f"{m['load_before']} before, {m['load_after']} after. Latencies in ms; CPU: ms per "
                            "operation of the process the client talks to (router or single server), of the node "
