@@ -39,7 +39,7 @@ def router(tmp_path: Path) -> Iterator[str]:
             process = subprocess.Popen(
                 [ROLLBOX, "serve", "--ray", cluster.address, "--port", url.rsplit(":", 1)[1], "--secret-file",
                  str(cluster.secret_file), "--node-data-dir", str(tmp_path / "nodes" / "{node}"),
-                 "--max-sandboxes", "4"], stdout=log, stderr=log)
+                 "--max-sandboxes", "4", "--release-idle-nodes"], stdout=log, stderr=log)
         wait_until_serving(url, process, "the router")
         yield url
     finally:

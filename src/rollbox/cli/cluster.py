@@ -72,8 +72,10 @@ def serve_cluster(args: argparse.Namespace, tokens: dict[str, str]) -> None:
         members = RayMembers(None if args.ray == "auto" else args.ray, secret(args),
                              data_dir=args.node_data_dir or str(DEFAULT_DATA_DIR), node_capacity=capacity)
     else:
+        if args.release_idle_nodes:
+            raise UsageError("--release-idle-nodes needs --ray: without Ray there is no autoscaler to give nodes to")
         from rollbox.cluster.static import StaticMembers
 
         members = StaticMembers(args.node)
     serve_router(members, secret(args), host=args.host, port=args.port, tokens=tokens, admins=args.admin,
-                 node_capacity=capacity)
+                 node_capacity=capacity, release_idle=args.release_idle_nodes)

@@ -39,6 +39,9 @@ def add_commands(commands: Commands) -> None:
     cluster.add_argument("--node", action="append", default=[], metavar="URL",
                          help="route to the node agent at URL (repeatable; a host name resolving to several "
                               "addresses is one node per address)")
+    cluster.add_argument("--release-idle-nodes", action="store_true",
+                         help="with --ray: stop the node agents of empty nodes the warm pools and claims do not need, "
+                              "so that Ray's autoscaler may remove those nodes")
     cluster.add_argument("--node-data-dir", metavar="DIR",
                          help="with --ray: the node agents' data directory, where a node's label "
                               "rollbox.io/data-dir does not say; {node} stands for the node's name "

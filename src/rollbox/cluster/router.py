@@ -51,11 +51,13 @@ it), before it answers 503."""
 
 
 class ClusterNode:
-    def __init__(self, members: Members, secret: str, *, node_capacity: int = 64, tick: float | None = None) -> None:
+    def __init__(self, members: Members, secret: str, *, node_capacity: int = 64, release_idle: bool = False,
+                 tick: float | None = None) -> None:
         self._secret = secret
         self._remotes: dict[str, RemoteNode] = {}
         options = {} if tick is None else {"tick": tick}
-        self.watcher = Watcher(members, self._remote, node_capacity=node_capacity, **options)
+        self.watcher = Watcher(members, self._remote, node_capacity=node_capacity, release_idle=release_idle,
+                               **options)
         self._ready: dict[tuple[str, str], int] = {}
         """Ready warm sandboxes per (node, pool), as last reported, less the claims sent there since."""
         self._reported: dict[str, NodeState] | None = None

@@ -21,14 +21,15 @@ log = logging.getLogger("rollbox.cluster")
 
 def serve_router(members: Members, secret: str, *, host: str = "127.0.0.1", port: int = 8080,
                  listener: sockets.socket | None = None, tokens: dict[str, str] | None = None,
-                 admins: Iterable[str] = (), node_capacity: int = 64, log_level: str = "warning") -> None:
+                 admins: Iterable[str] = (), node_capacity: int = 64, release_idle: bool = False,
+                 log_level: str = "warning") -> None:
     """Serves until SIGINT/SIGTERM. Nothing is lost when it stops: the nodes hold every claim and pool."""
     admins = tuple(admins)
     if listener is None:
         refuse_open(host, tokens)
     Tenants(tokens, admins)
     exit_on_sigterm()
-    cluster = ClusterNode(members, secret, node_capacity=node_capacity)
+    cluster = ClusterNode(members, secret, node_capacity=node_capacity, release_idle=release_idle)
     app = create_app(cluster, tokens, admins=admins)
     listener = listener or listen_tcp(host, port)
 

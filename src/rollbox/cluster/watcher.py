@@ -58,12 +58,15 @@ class Members(Protocol):
 
 class Watcher:
     def __init__(self, members: Members, remote: Callable[[str], RemoteNode], *, node_capacity: int,
-                 tick: float = TICK) -> None:
+                 release_idle: bool = False, tick: float = TICK) -> None:
         self.members = members
         self.remote = remote
         self.node_capacity = node_capacity
         """What a node the cluster engine adds would hold: max_sandboxes when it does not say."""
         self.tick = tick
+        self.release_idle = release_idle
+        """Whether nodes beyond what the pools and claims need are drained and their agents stopped, for an
+        autoscaler to take back. Off, every node keeps serving, needed or not."""
         self.view: dict[str, NodeState] = {}
         self._synced: set[tuple[str, str | None]] = set()
         """(name, incarnation) of nodes whose templates and pools were brought in line since they came up."""
@@ -237,18 +240,20 @@ class Watcher:
                 log.warning("placing a warm pool's share failed: %s; trying again", failure)
 
     def _autoscale(self, pools: dict[str, ClusterPool]) -> None:
-        """Holds a request for as many nodes as the pools' replicas need (none when they need none), and drains the
-        nodes beyond that which hold no claim: no new claims or pool shares go there, and once empty their agents
-        stop, so that the cluster engine may take them back."""
+        """Holds a request for as many nodes as the pools' replicas and the claims need (none when they need
+        none). With `release_idle`, drains the nodes beyond that which hold no claim: no new claims or pool shares
+        go there, and once empty their agents stop, so that an autoscaler may take them back."""
         if not self.members.scales:
             return
         nodes = [node for node in self.view.values() if node.status in ("up", "joining")]
-        demand = sum(pool.replicas for pool in pools.values())
+        demand = sum(pool.replicas for pool in pools.values()) + sum(node.claims for node in nodes)
         per_node = (sum(node.max_sandboxes for node in nodes) / len(nodes)) if nodes else self.node_capacity
         wanted = math.ceil(demand / max(per_node, 1))
         if wanted != self._wanted:
             self._wanted = wanted
             self.members.want_nodes(wanted)
+        if not self.release_idle:
+            return
         up = sorted((node for node in nodes if node.status == "up"), key=lambda node: (node.claims, node.name))
         surplus = len(up) - max(wanted, 1)
         self.draining = {node.name for node in up[len(up) - surplus:] if node.claims == 0} if surplus > 0 else set()
