@@ -14,7 +14,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray then puts every nod
 
 from ray.cluster_utils import Cluster
 
+from rollbox import SandboxClient
 from rollbox.server.listen import listen_tcp
 
 ROLLBOX = str(Path(sys.executable).with_name("rollbox"))
@@ -49,18 +50,12 @@ class LocalRayCluster:
         return self._ray.address
 
     def start(self) -> None:
-        """The head (no CPUs: nothing of the work runs there), then the workers, then the router once every node
-        agent serves."""
+        """The head (no CPUs: nothing of the work runs there), one worker, and the router once its node agent
+        serves; the other workers join in `apply`."""
+        self.root.mkdir(parents=True, exist_ok=True)
         self._ray = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 0, "include_dashboard": False, "dashboard_port": free_port()})  # Ray's 8265 may be taken
-        for index in range(self.workers):
-            name = f"node-{index}"
-            data_dir = self.root / name
-            self.data_dirs.append(data_dir)
-            self._ray.add_node(num_cpus=1, resources={"rollbox": 1},
-                               labels={"rollbox.io/node": name, "rollbox.io/data-dir": str(data_dir),
-                                       "rollbox.io/max-sandboxes": str(self.max_sandboxes)})
-        self._ray.wait_for_nodes()
+        self._add_worker()
         secret = self.root / "cluster-secret"
         secret.write_text(secrets.token_hex(32))
         tokens = self.root / "tokens"
@@ -74,19 +69,46 @@ class LocalRayCluster:
                  "--tokens-file", str(tokens), "--admin", TENANT, "--max-sandboxes", str(self.max_sandboxes)],
                 stdout=log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{port}"
-        self._wait_for_nodes()
+        self.wait_for(lambda health: any(node["status"] == "up" for node in health["nodes"].values()),
+                      "a serving node")
 
-    def _wait_for_nodes(self) -> None:
+    def _add_worker(self) -> None:
+        name = f"node-{len(self.data_dirs)}"
+        data_dir = self.root / name
+        self.data_dirs.append(data_dir)
+        self._ray.add_node(num_cpus=1, resources={"rollbox": 1},
+                           labels={"rollbox.io/node": name, "rollbox.io/data-dir": str(data_dir),
+                                   "rollbox.io/max-sandboxes": str(self.max_sandboxes)})
+
+    def apply(self, manifest: Path) -> dict[str, Any]:
+        """Applies the templates and warm pools of `manifest` through the router, then has the other workers join
+        and waits until every pool is full; returns the router's health then.
+
+        The workers join once the pools are known, as machines joining a running cluster: the router keeps only
+        the nodes its warm pools need, so nodes it finds with no pool to hold would have their agents stopped
+        at once (for Ray's autoscaler to take them back), and started again when a pool needs them."""
+        with SandboxClient(self.url, self.token) as client:
+            client.apply(manifest)
+        while len(self.data_dirs) < self.workers:
+            self._add_worker()
+        return self.wait_for(lambda health: bool(health["pools"]) and all(
+            pool["ready"] >= pool["replicas"] for pool in health["pools"].values()), "full warm pools")
+
+    def health(self) -> dict[str, Any]:
+        return httpx.get(f"{self.url}/healthz", timeout=10).json()
+
+    def wait_for(self, check: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        """Polls the router's /healthz until `check` accepts it."""
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            with contextlib.suppress(httpx.TransportError, ValueError):
-                nodes = httpx.get(f"{self.url}/healthz").json().get("nodes") or {}
-                if sum(node["status"] == "up" for node in nodes.values()) == self.workers:
-                    return
+            with contextlib.suppress(httpx.TransportError, ValueError, KeyError):
+                health = self.health()
+                if check(health):
+                    return health
             assert self._router is not None
             if self._router.poll() is not None or time.monotonic() > deadline:
                 log = (self.root / "router.log").read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"the router did not find {self.workers} serving nodes; its log:\n{log}")
+                raise RuntimeError(f"waiting for {what}, the router gave up or stopped; its log:\n{log}")
             time.sleep(0.1)
 
     @property

@@ -20,24 +20,21 @@ from pathlib import Path
 import demo
 from local_cluster import local_ray_cluster
 
-from rollbox import SandboxClient
-
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "rl-python.yaml"
+NODE_SANDBOXES = 3
+"""Small nodes, so that the template's warm pool (8 sandboxes) needs all three: the router keeps only the nodes its
+warm pools need, and stops the others' agents for Ray's autoscaler to take them back."""
 
 
 def main() -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rollbox-ray-example-", dir="/var/tmp") as root, \
-            local_ray_cluster(Path(root)) as cluster:
-        print(f"local Ray cluster at {cluster.address} (a head, three rollbox nodes), router at {cluster.url}: "
-              f"up in {time.perf_counter() - started:.0f} s")
-        with SandboxClient(cluster.url, cluster.token) as client:
-            client.apply(TEMPLATE)
-            pool = client.get_warmpool("rl-python")
-            while pool.ready < pool.replicas:
-                time.sleep(0.2)
-                pool = client.get_warmpool("rl-python")
-        print(f"warm pool rl-python: {pool.ready} ready over the nodes\n", flush=True)
+            local_ray_cluster(Path(root), max_sandboxes=NODE_SANDBOXES) as cluster:
+        print(f"local Ray cluster at {cluster.address} (a head, three rollbox nodes), router at {cluster.url}")
+        health = cluster.apply(TEMPLATE)
+        print(f"warm pool rl-python: {health['pools']['rl-python']['ready']} ready on "
+              f"{', '.join(name for name, node in health['nodes'].items() if node['sandboxes'])} "
+              f"({time.perf_counter() - started:.0f} s)\n", flush=True)
         return demo.main(["--address", cluster.address, "--url", cluster.url, "--token", cluster.token, *sys.argv[1:]])
 
 
