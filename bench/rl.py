@@ -1,9 +1,14 @@
 """RL benchmark: scripted episodes per second, SandboxFusion `/run_code` per second, the main job's wall time.
 
-Run as root: `.venv/bin/python bench/rl.py [--quick] [--url URL]`. Without --url it starts the
-embedded server on a throw-away data directory (and removes everything it made). It prints a table
-and, as its last line, one JSON object of every figure for scripts to read. Targets: >= 20
-five-step episodes/s, >= 60 isolated /run_code print(1)/s, main job < 300 s.
+Run as root: `.venv/bin/python bench/rl.py [--quick] [--url URL] [--ray]`. Without --url it starts the
+embedded server on a throw-away data directory (and removes everything it made). With --ray it then plays the
+same episodes through a router over a local Ray cluster of three rollbox nodes (examples/ray/local_cluster.py: a
+head and three worker raylets, a node agent on each the router keeps) and compares the machine's CPU per episode
+(every process, the kernel's included) with the single server's, and so the run's own ("own": this process, every
+process under it and their sandboxes, apart from whatever else the machine runs). It prints a table and, as its
+last line, one JSON object of every figure for scripts to read, with the targets missed in `missed`. Targets:
+>= 20 five-step episodes/s, >= 60 isolated /run_code print(1)/s, main job <= 300 s, and the cluster's CPU per
+episode at most 10% above the single server's.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import re
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -30,6 +38,7 @@ from common import load, machine
 from cpu import TICKS, cpu_seconds, server_pid
 from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandboxClient
+from rollbox.engine.cgroups import Cgroups
 from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.fusion import fusion_app
 from rollbox.rl.tasks import load_tasks
@@ -38,7 +47,11 @@ from rollbox.server.local import LocalServer
 from rollbox.server.threaded import ThreadServer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-TARGETS = {"episodes_per_s": 20.0, "run_code_per_s": 60.0, "train_wall_s": 300.0}
+TARGETS = {"episodes_per_s": 20.0, "run_code_per_s": 60.0, "train_wall_s": 300.0, "cluster_episode_cpu_ratio": 1.1}
+AT_MOST = ("train_wall_s", "cluster_episode_cpu_ratio")
+"""The targets that are ceilings; the others are floors."""
+CLUSTER_NODE_SANDBOXES = 48
+"""Each of the cluster's three nodes: about the single server's 128 between them."""
 FUSION_POOL = """
 apiVersion: rollbox.dev/v1alpha1
 kind: SandboxWarmPool
@@ -66,18 +79,49 @@ def p50(values: list[float]) -> float:
     return round(statistics.median(values), 1) if values else 0.0
 
 
-async def episodes(url: str, quick: bool, concurrency: int) -> dict[str, Any]:
+def own_seconds(data_dirs: list[Path]) -> float:
+    """CPU seconds of this process and every process under it (with the children they reaped), and of the sandboxes
+    of the engines on `data_dirs` (their cgroups): the run's own part of the machine's, which others share."""
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            stats[int(entry.name)] = (int(fields[1]), sum(int(ticks) for ticks in fields[11:15]))
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    ours, ticks = [os.getpid()], 0
+    while ours:
+        pid = ours.pop()
+        ticks += stats.get(pid, (0, 0))[1]
+        ours += children.get(pid, [])
+    sandboxes = 0.0
+    for data_dir in data_dirs:
+        if not (data_dir / "state.db").exists():  # a node whose agent never started
+            continue
+        with contextlib.closing(sqlite3.connect(data_dir / "state.db")) as db:
+            (engine_id,) = db.execute("SELECT value FROM meta WHERE key='engine_id'").fetchone()
+        sandboxes += Cgroups(engine_id).cpu_seconds("")  # the engine's parent cgroup: every sandbox it ran
+    return ticks / TICKS + sandboxes
+
+
+async def episodes(url: str, quick: bool, concurrency: int, token: str | None = None, server: int | None = None,
+                   data_dirs: list[Path] | None = None) -> dict[str, Any]:
+    """`server`: the process the client talks to, whose CPU is told apart (the embedded server's by default);
+    `data_dirs`: the engines' whose sandboxes count as the run's own."""
     tasks = load_tasks(EXAMPLES / "tasks")
-    async with AsyncSandboxClient(url) as client:
+    async with AsyncSandboxClient(url, token) as client:
         await collect_async(five_steps, tasks[:2], client=client, group_size=4, tag="warmup", progress=False)
-        server = server_pid()
-        started, machine, own = time.perf_counter(), busy_seconds(), time.process_time()
+        server = server or server_pid()
+        started, machine, client_cpu = time.perf_counter(), busy_seconds(), time.process_time()
         served = cpu_seconds(server) if server else 0.0
+        own = own_seconds(data_dirs) if data_dirs else 0.0
         played = await collect_async(five_steps, tasks[:5] if quick else tasks, client=client, group_size=8,
                                      groups=1 if quick else 2, concurrency=concurrency, progress=False)
         wall = time.perf_counter() - started
-        spent = {"total": busy_seconds() - machine, "client": time.process_time() - own,
-                 "server": cpu_seconds(server) - served if server else None}
+        spent = {"total": busy_seconds() - machine, "client": time.process_time() - client_cpu,
+                 "server": cpu_seconds(server) - served if server else None,
+                 "own": own_seconds(data_dirs) - own if data_dirs else None}
     steps = [step for t in played for step in t.steps]
     per_episode = {part: None if seconds is None else round(seconds * 1000 / len(played), 1)
                    for part, seconds in spent.items()}
@@ -155,15 +199,44 @@ async def _apply(url: str) -> None:
         await client.apply(str(EXAMPLES / "templates" / "rl-python.yaml"))
 
 
+def cluster_episodes(quick: bool, concurrency: int, data_dir: Path) -> dict[str, Any]:
+    """`episodes` through a router over a local Ray cluster of three rollbox nodes (examples/ray/local_cluster.py),
+    with the single server's template and warm pool; the router's CPU is the one told apart. The router serves from
+    the nodes its warm pools need: `cluster_nodes_used` counts those that ran the episodes' commands."""
+    sys.path.insert(0, str(EXAMPLES / "ray"))
+    from local_cluster import local_ray_cluster
+
+    with local_ray_cluster(data_dir / "ray", max_sandboxes=CLUSTER_NODE_SANDBOXES) as cluster:
+        nodes = cluster.apply(EXAMPLES / "templates" / "rl-python.yaml")["nodes"].values()
+        agents = [node["url"] for node in nodes if node.get("url")]
+        before = [commands_run(url) for url in agents]
+        played = asyncio.run(episodes(cluster.url, quick, concurrency, cluster.token, cluster.router_pid,
+                                      cluster.data_dirs))
+        used = sum(commands_run(url) > count for url, count in zip(agents, before, strict=True))
+    return {**{f"cluster_{name}": value for name, value in played.items()}, "cluster_nodes_used": used}
+
+
+def commands_run(agent: str) -> float:
+    """A node agent's count of commands run (its /metrics); 0 from one that no longer answers."""
+    with contextlib.suppress(httpx.HTTPError, TypeError):
+        return float(re.search(r"^rollbox_execs_total (\S+)$", httpx.get(f"{agent}/metrics").text, re.M)[1])
+    return 0.0
+
+
+def missed(figures: dict[str, Any]) -> list[str]:
+    return [name for name, target in TARGETS.items() if name in figures
+            and not (figures[name] <= target if name in AT_MOST else figures[name] >= target)]
+
+
 def table(figures: dict[str, Any]) -> Table:
     view = Table(title="rollbox RL benchmark" + (" (quick)" if figures["mode"] == "quick" else ""))
     for column in ("figure", "value", "target"):
         view.add_column(column, justify="left" if column == "figure" else "right")
     for name, value in figures.items():
-        if name not in ("mode", "machine"):
+        if name not in ("mode", "machine", "missed"):
             target = TARGETS.get(name)
-            view.add_row(name, str(value), "" if target is None else (f"< {target:g}" if name.endswith("_s") and
-                                                                      "per" not in name else f">= {target:g}"))
+            view.add_row(name, str(value), "" if target is None else
+                         f"{'<=' if name in AT_MOST else '>='} {target:g}")
     return view
 
 
@@ -174,19 +247,28 @@ def main() -> None:
     parser.add_argument("--url", help="benchmark this router instead of an embedded one (the main job still embeds)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--skip-train", action="store_true", help="leave out the main job")
+    parser.add_argument("--ray", action="store_true",
+                        help="also play the episodes through a router over a local three-node Ray cluster")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rollbox-bench-rl-", dir="/var/tmp"))
     figures: dict[str, Any] = {"mode": "quick" if args.quick else "full", "machine": machine()}
     try:
         with router(args.url, work) as url:
-            figures.update(asyncio.run(episodes(url, args.quick, args.concurrency)))
+            figures.update(asyncio.run(episodes(url, args.quick, args.concurrency,
+                                                data_dirs=None if args.url else [work / "bench"])))
             for isolation in ("isolated", "fresh"):
                 figures.update(asyncio.run(run_code(url, args.quick, args.concurrency, isolation)))
+        if args.ray:
+            figures.update(cluster_episodes(args.quick, args.concurrency, work))
+            for part, name in (("total", "cluster_episode_cpu_ratio"), ("own", "cluster_episode_own_cpu_ratio")):
+                if figures["episode_cpu_ms"][part]:
+                    figures[name] = round(figures["cluster_episode_cpu_ms"][part] / figures["episode_cpu_ms"][part], 3)
         if not args.skip_train:
             figures.update(main_job(args.quick, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figures["machine"]["load_after"] = load()
+    figures["missed"] = missed(figures)
     Console().print(table(figures))
     print(json.dumps(figures), flush=True)
 
