@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from rollbox.engine.cgroups import Cgroups
 from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.fusion import fusion_app
 from rollbox.rl.tasks import load_tasks
+from rollbox.rl.trajectory import Trajectory
 from rollbox.server.capability import SecretPath, new_key
 from rollbox.server.local import LocalServer
 from rollbox.server.threaded import ThreadServer
@@ -79,49 +81,18 @@ def p50(values: list[float]) -> float:
     return round(statistics.median(values), 1) if values else 0.0
 
 
-def own_seconds(data_dirs: list[Path]) -> float:
-    """CPU seconds of this process and every process under it (with the children they reaped), and of the sandboxes
-    of the engines on `data_dirs` (their cgroups): the run's own part of the machine's, which others share."""
-    stats = {}
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError, ValueError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            stats[int(entry.name)] = (int(fields[1]), sum(int(ticks) for ticks in fields[11:15]))
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _) in stats.items():
-        children.setdefault(parent, []).append(pid)
-    ours, ticks = [os.getpid()], 0
-    while ours:
-        pid = ours.pop()
-        ticks += stats.get(pid, (0, 0))[1]
-        ours += children.get(pid, [])
-    sandboxes = 0.0
-    for data_dir in data_dirs:
-        if not (data_dir / "state.db").exists():  # a node whose agent never started
-            continue
-        with contextlib.closing(sqlite3.connect(data_dir / "state.db")) as db:
-            (engine_id,) = db.execute("SELECT value FROM meta WHERE key='engine_id'").fetchone()
-        sandboxes += Cgroups(engine_id).cpu_seconds("")  # the engine's parent cgroup: every sandbox it ran
-    return ticks / TICKS + sandboxes
-
-
-async def episodes(url: str, quick: bool, concurrency: int, token: str | None = None, server: int | None = None,
-                   data_dirs: list[Path] | None = None) -> dict[str, Any]:
-    """`server`: the process the client talks to, whose CPU is told apart (the embedded server's by default);
-    `data_dirs`: the engines' whose sandboxes count as the run's own."""
+async def episodes(url: str, quick: bool, concurrency: int) -> dict[str, Any]:
     tasks = load_tasks(EXAMPLES / "tasks")
-    async with AsyncSandboxClient(url, token) as client:
+    async with AsyncSandboxClient(url) as client:
         await collect_async(five_steps, tasks[:2], client=client, group_size=4, tag="warmup", progress=False)
-        server = server or server_pid()
-        started, machine, client_cpu = time.perf_counter(), busy_seconds(), time.process_time()
+        server = server_pid()
+        started, machine, own = time.perf_counter(), busy_seconds(), time.process_time()
         served = cpu_seconds(server) if server else 0.0
-        own = own_seconds(data_dirs) if data_dirs else 0.0
         played = await collect_async(five_steps, tasks[:5] if quick else tasks, client=client, group_size=8,
                                      groups=1 if quick else 2, concurrency=concurrency, progress=False)
         wall = time.perf_counter() - started
-        spent = {"total": busy_seconds() - machine, "client": time.process_time() - client_cpu,
-                 "server": cpu_seconds(server) - served if server else None,
-                 "own": own_seconds(data_dirs) - own if data_dirs else None}
+        spent = {"total": busy_seconds() - machine, "client": time.process_time() - own,
+                 "server": cpu_seconds(server) - served if server else None}
     steps = [step for t in played for step in t.steps]
     per_episode = {part: None if seconds is None else round(seconds * 1000 / len(played), 1)
                    for part, seconds in spent.items()}
@@ -199,21 +170,113 @@ async def _apply(url: str) -> None:
         await client.apply(str(EXAMPLES / "templates" / "rl-python.yaml"))
 
 
-def cluster_episodes(quick: bool, concurrency: int, data_dir: Path) -> dict[str, Any]:
-    """`episodes` through a router over a local Ray cluster of three rollbox nodes (examples/ray/local_cluster.py),
-    with the single server's template and warm pool; the router's CPU is the one told apart. The router serves from
-    the nodes its warm pools need: `cluster_nodes_used` counts those that ran the episodes' commands."""
+# -- --ray: the same episodes through a router over a local Ray cluster, in rounds taking turns with the single server
+
+@dataclass
+class Side:
+    """One way of serving the episodes, and what its rounds cost."""
+
+    url: str
+    token: str | None
+    roots: list[int]
+    """Its processes, each with every process under it."""
+    data_dirs: list[Path]
+    """Its engines: the CPU of their sandboxes is its own."""
+    played: list[Trajectory] = field(default_factory=list)
+    wall: float = 0.0
+    machine: float = 0.0
+    own: float = 0.0
+
+    def spent(self) -> float:
+        """CPU seconds of its processes (with the children they reaped) and of its engines' sandboxes (their
+        parent cgroup, which keeps what removed sandboxes used)."""
+        stats = {}
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                stats[int(entry.name)] = (int(fields[1]), sum(int(ticks) for ticks in fields[11:15]))
+        children: dict[int, list[int]] = {}
+        for pid, (parent, _) in stats.items():
+            children.setdefault(parent, []).append(pid)
+        pids, ticks = list(self.roots), 0
+        while pids:
+            pid = pids.pop()
+            ticks += stats.get(pid, (0, 0))[1]
+            pids += children.get(pid, [])
+        sandboxes = 0.0
+        for data_dir in self.data_dirs:
+            if (data_dir / "state.db").exists():  # not for a node whose agent never started
+                with contextlib.closing(sqlite3.connect(data_dir / "state.db")) as db:
+                    (engine_id,) = db.execute("SELECT value FROM meta WHERE key='engine_id'").fetchone()
+                sandboxes += Cgroups(engine_id).cpu_seconds("")
+        return ticks / TICKS + sandboxes
+
+    def figures(self) -> dict[str, Any]:
+        count = len(self.played)
+        return {"episodes": count, "episodes_per_s": round(count / self.wall, 1),
+                "episode_cpu_ms": {"total": round(self.machine * 1000 / count, 1),
+                                   "own": round(self.own * 1000 / count, 1)},
+                "episode_errors": sum(t.error is not None for t in self.played),
+                "claim_p50_ms": p50([t.claim_ms for t in self.played]),
+                "step_p50_ms": p50([s.sandbox_ms for t in self.played for s in t.steps if not s.terminated])}
+
+
+async def take_turns(sides: list[Side], rounds: int, quick: bool, concurrency: int) -> None:
+    """Plays the episodes on each side in turn, `rounds` times, so that both meet the same moments of a shared
+    machine. A round's machine-wide CPU is charged to its side less what the other side spent meanwhile, idle; its
+    own is its processes', its sandboxes' and this client's."""
+    tasks = load_tasks(EXAMPLES / "tasks")
+    clients = [AsyncSandboxClient(side.url, side.token) for side in sides]
+    try:
+        for client in clients:
+            await collect_async(five_steps, tasks[:2], client=client, group_size=4, tag="warmup", progress=False)
+        for _ in range(rounds):
+            for side, client in zip(sides, clients, strict=True):
+                before = [other.spent() for other in sides]
+                started, machine, mine = time.perf_counter(), busy_seconds(), time.process_time()
+                side.played += await collect_async(five_steps, tasks[:5] if quick else tasks, client=client,
+                                                   group_size=8, concurrency=concurrency, progress=False)
+                side.wall += time.perf_counter() - started
+                spent = [other.spent() - held for other, held in zip(sides, before, strict=True)]
+                its = spent[sides.index(side)]
+                side.own += its + time.process_time() - mine
+                side.machine += busy_seconds() - machine - (sum(spent) - its)
+    finally:
+        for client in clients:
+            await client.close()
+
+
+def compare_on_ray(single_url: str, quick: bool, concurrency: int, work: Path) -> dict[str, Any]:
+    """The single server (embedded, at `single_url`) against a router over a local Ray cluster of three rollbox
+    nodes (examples/ray/local_cluster.py), both with the same template and warm pool. The router serves from the
+    nodes its warm pools need: `cluster_nodes_used` counts those that ran the episodes' commands."""
     sys.path.insert(0, str(EXAMPLES / "ray"))
     from local_cluster import local_ray_cluster
 
-    with local_ray_cluster(data_dir / "ray", max_sandboxes=CLUSTER_NODE_SANDBOXES) as cluster:
-        nodes = cluster.apply(EXAMPLES / "templates" / "rl-python.yaml")["nodes"].values()
-        agents = [node["url"] for node in nodes if node.get("url")]
+    server = server_pid()
+    assert server is not None, "the single server is the embedded one"
+    with local_ray_cluster(work / "ray", max_sandboxes=CLUSTER_NODE_SANDBOXES) as cluster:
+        agents = [node["url"] for node in cluster.apply(EXAMPLES / "templates" / "rl-python.yaml")["nodes"].values()
+                  if node.get("url")]
         before = [commands_run(url) for url in agents]
-        played = asyncio.run(episodes(cluster.url, quick, concurrency, cluster.token, cluster.router_pid,
-                                      cluster.data_dirs))
+        ray_processes = [pid for pid in started_here() if pid != server]  # Ray's, and the router
+        single = Side(single_url, None, [server], [work / "bench"])
+        on_ray = Side(cluster.url, cluster.token, ray_processes, cluster.data_dirs)
+        asyncio.run(take_turns([single, on_ray], 3 if quick else 4, quick, concurrency))
         used = sum(commands_run(url) > count for url, count in zip(agents, before, strict=True))
-    return {**{f"cluster_{name}": value for name, value in played.items()}, "cluster_nodes_used": used}
+    figures = {f"cluster_{name}": value for name, value in on_ray.figures().items()}
+    figures.update({f"cluster_single_{name}": value for name, value in single.figures().items()})
+    for part, name in (("total", "cluster_episode_cpu_ratio"), ("own", "cluster_episode_own_cpu_ratio")):
+        figures[name] = round(figures["cluster_episode_cpu_ms"][part] / figures["cluster_single_episode_cpu_ms"][part],
+                              3)
+    return {**figures, "cluster_nodes_used": used}
+
+
+def started_here() -> list[int]:
+    """The processes this one started."""
+    me = os.getpid()
+    return [int(pid) for thread in os.listdir(f"/proc/{me}/task")
+            for pid in Path(f"/proc/{me}/task/{thread}/children").read_text().split()]
 
 
 def commands_run(agent: str) -> float:
@@ -254,15 +317,11 @@ def main() -> None:
     figures: dict[str, Any] = {"mode": "quick" if args.quick else "full", "machine": machine()}
     try:
         with router(args.url, work) as url:
-            figures.update(asyncio.run(episodes(url, args.quick, args.concurrency,
-                                                data_dirs=None if args.url else [work / "bench"])))
+            figures.update(asyncio.run(episodes(url, args.quick, args.concurrency)))
             for isolation in ("isolated", "fresh"):
                 figures.update(asyncio.run(run_code(url, args.quick, args.concurrency, isolation)))
-        if args.ray:
-            figures.update(cluster_episodes(args.quick, args.concurrency, work))
-            for part, name in (("total", "cluster_episode_cpu_ratio"), ("own", "cluster_episode_own_cpu_ratio")):
-                if figures["episode_cpu_ms"][part]:
-                    figures[name] = round(figures["cluster_episode_cpu_ms"][part] / figures["episode_cpu_ms"][part], 3)
+            if args.ray:
+                figures.update(compare_on_ray(url, args.quick, args.concurrency, work))
         if not args.skip_train:
             figures.update(main_job(args.quick, work))
     finally:
