@@ -1,14 +1,14 @@
 """RL benchmark: scripted episodes per second, SandboxFusion `/run_code` per second, the main job's wall time.
 
 Run as root: `.venv/bin/python bench/rl.py [--quick] [--url URL] [--ray]`. Without --url it starts the
-embedded server on a throw-away data directory (and removes everything it made). With --ray it then plays the
-same episodes through a router over a local Ray cluster of three rollbox nodes (examples/ray/local_cluster.py: a
-head and three worker raylets, a node agent on each the router keeps) and compares the machine's CPU per episode
-(every process, the kernel's included) with the single server's, and so the run's own ("own": this process, every
-process under it and their sandboxes, apart from whatever else the machine runs). It prints a table and, as its
-last line, one JSON object of every figure for scripts to read, with the targets missed in `missed`. Targets:
->= 20 five-step episodes/s, >= 60 isolated /run_code print(1)/s, main job <= 300 s, and the cluster's CPU per
-episode at most 10% above the single server's.
+embedded server on a throw-away data directory (and removes everything it made). With --ray it then plays
+the same episodes in rounds, taking turns, on that server and through a router over a local Ray cluster of three
+rollbox nodes (examples/ray/local_cluster.py: a head and three worker raylets, a node agent on each node the router
+keeps), and compares their CPU per episode: the machine's (every process, the kernel's included) and each side's
+own (its processes, its sandboxes and the client's). It prints a table and, as its last line, one JSON object of
+every figure for scripts to read, with the targets missed in `missed`. Targets: >= 20 five-step episodes/s, >= 60
+isolated /run_code print(1)/s, main job <= 300 s, and the cluster's CPU per episode at most 10% above the single
+server's.
 """
 
 from __future__ import annotations
