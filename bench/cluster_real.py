@@ -44,7 +44,9 @@ class RealPlan:
     pool: int
     """Warm sandboxes of each side: the single server's pool, and the router's split over its nodes."""
     claims: int
-    """Warm claims per concurrency and side."""
+    """Warm claims of 64 clients per side (and pass)."""
+    one_by_one: int
+    """Warm claims of a single client per side: the hop alone, with no queue."""
     execs: int
     clients: tuple[type[Client], ...]
     shared: bool
@@ -69,8 +71,8 @@ class RealPlan:
                     workers=0)
 
 
-QUICK = RealPlan(pool=96, claims=64, execs=200, clients=(RawClient,), shared=False)
-FULL = RealPlan(pool=192, claims=640, execs=1000, clients=(RawClient, SdkClient), shared=True)
+QUICK = RealPlan(pool=96, claims=64, one_by_one=64, execs=200, clients=(RawClient,), shared=False)
+FULL = RealPlan(pool=192, claims=384, one_by_one=128, execs=1000, clients=(RawClient, SdkClient), shared=True)
 
 
 @dataclass
@@ -207,7 +209,7 @@ async def warm_claims(sides: list[Side], clients: list[Client], concurrency: int
     round's deletes and refills are over before the next side's round starts."""
     rounds = plan.rounds
     tallies = [SideTally(side.front.pid, apart, nodes=side.nodes) for side in sides]
-    left = max(plan.claims, concurrency) // concurrency * concurrency
+    left = max(plan.claims if concurrency > 1 else plan.one_by_one, concurrency) // concurrency * concurrency
     shared = "" if apart else ", CPUs shared"
     tasks = [progress.add_task(f"{side.name}: claim x {concurrency} concurrent{shared}, {client.label}", total=left)
              for side, client in zip(sides, clients, strict=True)]
