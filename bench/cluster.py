@@ -48,6 +48,8 @@ NOTES = (
     "shows the two processes' sum, not the hop a router on its own machine adds. Compare 'front CPU' (router) with "
     "the single server's CPU per claim for what the router's own machine would carry.",
 )
+RAY_NOTE = ("Ray: the head and the three worker raylets run throughout the real-cluster rounds, beside every side; the "
+            "Ray router's process is also a Ray driver, and its node agents run in Ray actors' worker processes.")
 
 
 def ray_available() -> bool:
@@ -82,7 +84,7 @@ def main() -> None:
     figures["missed"] = missed(figures)
     console = Console(width=200)
     console.print(table(figures))
-    for line in (*verdicts(figures), *NOTES):
+    for line in (*verdicts(figures), *NOTES, *([RAY_NOTE] if ray else [])):
         console.print(line, highlight=False, markup=False)
     print(json.dumps(figures), flush=True)
 
