@@ -50,12 +50,19 @@ class LocalRayCluster:
         return self._ray.address
 
     def start(self) -> None:
-        """The head (no CPUs: nothing of the work runs there), one worker, and the router once its node agent
-        serves; the other workers join in `apply`."""
+        """The head (no CPUs: nothing of the work runs there), the workers, and the router once every node agent
+        serves."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._ray = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 0, "include_dashboard": False, "dashboard_port": free_port()})  # Ray's 8265 may be taken
-        self._add_worker()
+        for index in range(self.workers):
+            name = f"node-{index}"
+            data_dir = self.root / name
+            self.data_dirs.append(data_dir)
+            self._ray.add_node(num_cpus=1, resources={"rollbox": 1},
+                               labels={"rollbox.io/node": name, "rollbox.io/data-dir": str(data_dir),
+                                       "rollbox.io/max-sandboxes": str(self.max_sandboxes)})
+        self._ray.wait_for_nodes()
         secret = self.root / "cluster-secret"
         secret.write_text(secrets.token_hex(32))
         tokens = self.root / "tokens"
@@ -69,28 +76,14 @@ class LocalRayCluster:
                  "--tokens-file", str(tokens), "--admin", TENANT, "--max-sandboxes", str(self.max_sandboxes)],
                 stdout=log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{port}"
-        self.wait_for(lambda health: any(node["status"] == "up" for node in health["nodes"].values()),
-                      "a serving node")
-
-    def _add_worker(self) -> None:
-        name = f"node-{len(self.data_dirs)}"
-        data_dir = self.root / name
-        self.data_dirs.append(data_dir)
-        self._ray.add_node(num_cpus=1, resources={"rollbox": 1},
-                           labels={"rollbox.io/node": name, "rollbox.io/data-dir": str(data_dir),
-                                   "rollbox.io/max-sandboxes": str(self.max_sandboxes)})
+        self.wait_for(lambda health: sum(node["status"] == "up" for node in health["nodes"].values()) == self.workers,
+                      "every node serving")
 
     def apply(self, manifest: Path) -> dict[str, Any]:
-        """Applies the templates and warm pools of `manifest` through the router, then has the other workers join
-        and waits until every pool is full; returns the router's health then.
-
-        The workers join once the pools are known, as machines joining a running cluster: the router keeps only
-        the nodes its warm pools need, so nodes it finds with no pool to hold would have their agents stopped
-        at once (for Ray's autoscaler to take them back), and started again when a pool needs them."""
+        """Applies the templates and warm pools of `manifest` through the router, then waits until every pool is
+        full; returns the router's health then."""
         with SandboxClient(self.url, self.token) as client:
             client.apply(manifest)
-        while len(self.data_dirs) < self.workers:
-            self._add_worker()
         return self.wait_for(lambda health: bool(health["pools"]) and all(
             pool["ready"] >= pool["replicas"] for pool in health["pools"].values()), "full warm pools")
 

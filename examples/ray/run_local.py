@@ -21,15 +21,12 @@ import demo
 from local_cluster import local_ray_cluster
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "rl-python.yaml"
-NODE_SANDBOXES = 3
-"""Small nodes, so that the template's warm pool (8 sandboxes) needs all three: the router keeps only the nodes its
-warm pools need, and stops the others' agents for Ray's autoscaler to take them back."""
 
 
 def main() -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rollbox-ray-example-", dir="/var/tmp") as root, \
-            local_ray_cluster(Path(root), max_sandboxes=NODE_SANDBOXES) as cluster:
+            local_ray_cluster(Path(root)) as cluster:
         print(f"local Ray cluster at {cluster.address} (a head, three rollbox nodes), router at {cluster.url}")
         health = cluster.apply(TEMPLATE)
         print(f"warm pool rl-python: {health['pools']['rl-python']['ready']} ready on "
