@@ -3,8 +3,8 @@
 Run as root: `.venv/bin/python bench/rl.py [--quick] [--url URL] [--ray]`. Without --url it starts the
 embedded server on a throw-away data directory (and removes everything it made). With --ray it then plays
 the same episodes in rounds, taking turns, on that server and through a router over a local Ray cluster of three
-rollbox nodes (examples/ray/local_cluster.py: a head and three worker raylets, a node agent on each node the router
-keeps), and compares their CPU per episode: the machine's (every process, the kernel's included) and each side's
+rollbox nodes (examples/ray/local_cluster.py: a head and three worker raylets, a node agent on each), and
+compares their CPU per episode: the machine's (every process, the kernel's included) and each side's
 own (its processes, its sandboxes and the client's). It prints a table and, as its last line, one JSON object of
 every figure for scripts to read, with the targets missed in `missed`. Targets: >= 20 five-step episodes/s, >= 60
 isolated /run_code print(1)/s, main job <= 300 s, and the cluster's CPU per episode at most 10% above the single
@@ -248,8 +248,8 @@ async def take_turns(sides: list[Side], rounds: int, quick: bool, concurrency: i
 
 def compare_on_ray(single_url: str, quick: bool, concurrency: int, work: Path) -> dict[str, Any]:
     """The single server (embedded, at `single_url`) against a router over a local Ray cluster of three rollbox
-    nodes (examples/ray/local_cluster.py), both with the same template and warm pool. The router serves from the
-    nodes its warm pools need: `cluster_nodes_used` counts those that ran the episodes' commands."""
+    nodes (examples/ray/local_cluster.py), both with the same template and warm pool; `cluster_nodes_used` counts
+    the nodes that ran the episodes' commands."""
     sys.path.insert(0, str(EXAMPLES / "ray"))
     from local_cluster import local_ray_cluster
 
