@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,7 @@ def router(root: Path, name: str, node_urls: list[str], secret_file: Path) -> It
         yield child
 
 
-def wait_health(child: Child, process: subprocess.Popen[bytes] | None, ready: Any) -> None:
+def wait_health(child: Child, process: subprocess.Popen[bytes] | None, ready: Callable[[dict[str, Any]], bool]) -> None:
     """Waits until `child` answers a health that `ready` accepts."""
     deadline = time.monotonic() + START_TIMEOUT
     with httpx.Client(timeout=2.0) as http:
