@@ -161,7 +161,7 @@ class AutoscalingTestCluster:
                         f"--system-config={json.dumps(HEALTH_CHECKS, separators=(',', ':'))}"],
                        env=environment, capture_output=True, text=True)
         if started.returncode:
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.close()  # it may have started some of its processes
             raise RuntimeError(f"ray start failed: {started.stdout[-2000:]} {started.stderr[-2000:]}")
         self.address = f"127.0.0.1:{self.port}"
 
