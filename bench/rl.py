@@ -205,10 +205,9 @@ class Side:
             pids += children.get(pid, [])
         sandboxes = 0.0
         for data_dir in self.data_dirs:
-            if (data_dir / "state.db").exists():  # not for a node whose agent never started
-                with contextlib.closing(sqlite3.connect(data_dir / "state.db")) as db:
-                    (engine_id,) = db.execute("SELECT value FROM meta WHERE key='engine_id'").fetchone()
-                sandboxes += Cgroups(engine_id).cpu_seconds("")
+            with contextlib.closing(sqlite3.connect(data_dir / "state.db")) as db:
+                (engine_id,) = db.execute("SELECT value FROM meta WHERE key='engine_id'").fetchone()
+            sandboxes += Cgroups(engine_id).cpu_seconds("")
         return ticks / TICKS + sandboxes
 
     def figures(self) -> dict[str, Any]:
@@ -264,12 +263,12 @@ def compare_on_ray(single_url: str, quick: bool, concurrency: int, work: Path) -
         on_ray = Side(cluster.url, cluster.token, ray_processes, cluster.data_dirs)
         asyncio.run(take_turns([single, on_ray], 3 if quick else 4, quick, concurrency))
         used = sum(commands_run(url) > count for url, count in zip(agents, before, strict=True))
-    figures = {f"cluster_{name}": value for name, value in on_ray.figures().items()}
-    figures.update({f"cluster_single_{name}": value for name, value in single.figures().items()})
-    for part, name in (("total", "cluster_episode_cpu_ratio"), ("own", "cluster_episode_own_cpu_ratio")):
-        figures[name] = round(figures["cluster_episode_cpu_ms"][part] / figures["cluster_single_episode_cpu_ms"][part],
-                              3)
-    return {**figures, "cluster_nodes_used": used}
+    cluster_cpu, single_cpu = on_ray.figures()["episode_cpu_ms"], single.figures()["episode_cpu_ms"]
+    return {**{f"cluster_{name}": value for name, value in on_ray.figures().items()},
+            **{f"cluster_single_{name}": value for name, value in single.figures().items()},
+            "cluster_episode_cpu_ratio": round(cluster_cpu["total"] / single_cpu["total"], 3),
+            "cluster_episode_own_cpu_ratio": round(cluster_cpu["own"] / single_cpu["own"], 3),
+            "cluster_nodes_used": used}
 
 
 def started_here() -> list[int]:
