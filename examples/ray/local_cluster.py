@@ -4,6 +4,7 @@ separate Ray node offering the resource `rollbox`, with its own data directory),
 
 Every node runs on 127.0.0.1, so nothing of it is reachable from elsewhere. When it stops, it deletes every
 sandbox the node agents left (`rollbox down` on each data directory); templates stay with their directories.
+run_local.py runs the example on it, and `bench/rl.py --ray` its RL episodes.
 """
 
 from __future__ import annotations
