@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rollbox import AsyncSandboxClient, SandboxClient
-from rollbox.errors import NodeLost, NotFound
+from rollbox.errors import NodeLost, NodeUnavailable, NotFound
 from tests.support.ray_cluster import RayTestCluster
 from tests.support.servers import RL_TEMPLATE
 
@@ -159,6 +159,8 @@ def test_removed_node_fails_its_claims_fast_and_cleans_them_when_back(cluster: R
         except NodeLost as error:
             assert "left the cluster" in str(error)
             break
+        except NodeUnavailable:
+            pass  # its agent died before Ray declared the node dead: 503 meanwhile
         assert time.monotonic() - removed < 10, "the removed node's claims kept answering"
         time.sleep(0.05)
     for sandbox in kept:

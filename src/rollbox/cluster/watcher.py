@@ -188,9 +188,9 @@ class Watcher:
             if node.status != "joining" or name in self._syncing:
                 continue
             self._syncing[name] = asyncio.create_task(self._sync(node, key))
-        for name, node in self.view.items():  # a node that stopped answering is checked again when it is back
-            if node.status in ("unreachable", "lost"):
-                self._synced.discard((name, node.incarnation))
+        # a node that stopped answering, or left the list (released), is checked again when it is back
+        self._synced = {(name, incarnation) for name, incarnation in self._synced
+                        if name in self.view and self.view[name].status in SERVING}
 
     async def _sync(self, node: NodeState, key: tuple[str, str | None]) -> None:
         """Builds on `node` the templates the serving nodes have and it lacks (or has older)."""
