@@ -79,20 +79,22 @@ def test_a_pool_larger_than_the_cluster_takes_the_room_left_and_no_more(cluster:
     """Placed partially: each node keeps what room the pools before it (by name) left, and the pool's replicas stay
     as asked. A claim that needs a new sandbox then takes a warm one's room: no node runs more than it may."""
     (applied,) = client.apply(yaml.safe_dump(pool_document("zz-overflow", 100, "rl-python")))
-    assert applied.status == "created"
-    room = {name: most - SHARES[name] for name, most in NODES.items()}
-    overflow = client.get_warmpool("zz-overflow")
-    assert (overflow.replicas, overflow.target) == (100, sum(room.values()))
-    for name, share in room.items():
-        assert node_health(cluster, name)["pools"]["zz-overflow"]["replicas"] == share
-    until_router_sees(cluster, lambda health: all(health["nodes"][name]["sandboxes"] == most
-                                                  for name, most in NODES.items()), "every node full")
-    assert client.get_warmpool("zz-overflow").ready == sum(room.values())
-    with client.create_sandbox(template="rl-python") as cold, client.create_sandbox(warmpool=POOL) as warm:
-        assert cold.run("true").exit_code == 0 and warm.run("true").exit_code == 0
-        for name, most in NODES.items():
-            assert node_health(cluster, name)["sandboxes"] <= most
-    client.delete_warmpool("zz-overflow")
+    try:
+        assert applied.status == "created"
+        room = {name: most - SHARES[name] for name, most in NODES.items()}
+        overflow = client.get_warmpool("zz-overflow")
+        assert (overflow.replicas, overflow.target) == (100, sum(room.values()))
+        for name, share in room.items():
+            assert node_health(cluster, name)["pools"]["zz-overflow"]["replicas"] == share
+        until_router_sees(cluster, lambda health: all(health["nodes"][name]["sandboxes"] == most
+                                                      for name, most in NODES.items())
+                          and health["pools"]["zz-overflow"]["ready"] == sum(room.values()), "every node full")
+        with client.create_sandbox(template="rl-python") as cold, client.create_sandbox(warmpool=POOL) as warm:
+            assert cold.run("true").exit_code == 0 and warm.run("true").exit_code == 0
+            for name, most in NODES.items():
+                assert node_health(cluster, name)["sandboxes"] <= most
+    finally:
+        client.delete_warmpool("zz-overflow")
     with pytest.raises(errors.NotFound):
         client.get_warmpool("zz-overflow")
     until_router_sees(cluster, lambda health: "zz-overflow" not in health["pools"] and all(
