@@ -15,7 +15,7 @@ import pytest
 
 from rollbox import SandboxClient
 from tests.support.engines import leftovers
-from tests.support.ray_cluster import ROLLBOX, AutoscalingTestCluster, _free_port
+from tests.support.ray_cluster import ROLLBOX, AutoscalingTestCluster, _free_port, down
 from tests.support.servers import RL_TEMPLATE, wait_until_serving
 
 pytestmark = pytest.mark.slow
@@ -49,7 +49,7 @@ def router(tmp_path: Path) -> Iterator[str]:
         cluster.close()
         left = []
         for data_dir in (tmp_path / "nodes").glob("*"):
-            subprocess.run([ROLLBOX, "down", "--data-dir", str(data_dir)], check=True, capture_output=True)
+            down(data_dir)
             left += leftovers(data_dir)
         assert left == []
 

@@ -113,10 +113,21 @@ class RayTestCluster:
         left = []
         for data_dir in self.data_dirs.values():
             if (data_dir / "state.db").exists():
-                subprocess.run([ROLLBOX, "down", "--data-dir", str(data_dir)],
-                               check=True, capture_output=True)
+                down(data_dir)
                 left += leftovers(data_dir)
         return left
+
+
+def down(data_dir: Path, timeout: float = 60.0) -> None:
+    """`rollbox down` on a node's data directory, once its agent has exited: an agent runs in a Ray worker
+    (titled `ray::NodeAgentActor`, so not found by its command line), which exits some moments after its raylet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = subprocess.run([ROLLBOX, "down", "--data-dir", str(data_dir)], capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+        assert "runs on" in done.stderr and time.monotonic() < deadline, done.stderr
+        time.sleep(0.2)
 
 
 def _free_port() -> int:
