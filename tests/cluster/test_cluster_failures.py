@@ -87,7 +87,9 @@ def test_a_killed_node_agent_started_again_adopts_its_sandboxes(cluster: Cluster
         assert victim.run(f"kill -0 {sleeper.stdout.strip()} && echo alive").stdout == "alive\n"
         assert victim.id in {sandbox.id for sandbox in client.list_sandboxes()}
         assert other.run("echo still").stdout == "still\n"
-        assert router_health(cluster.url)["nodes"]["alpha"]["status"] == "up"
+        # back, it answers for its sandboxes at once and takes new claims once its templates are checked
+        wait_for(lambda: router_health(cluster.url)["nodes"]["alpha"]["status"] == "up", "alpha serving again",
+                 RESTART_WAIT)
     finally:
         for sandbox in held.values():
             with contextlib.suppress(errors.RollboxError):  # alpha may be down still: its `rollbox down` deletes
