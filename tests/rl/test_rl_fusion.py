@@ -123,13 +123,21 @@ GATEWAY = [str(Path(sys.executable).with_name("rollbox")), "fusion"]
 @contextlib.contextmanager
 def gateway_process(*args: str, **popen: Any) -> Iterator[subprocess.Popen[str]]:
     """The standalone gateway in a child process, killed on exit if the test left it running."""
-    gateway = subprocess.Popen([*GATEWAY, *args], stderr=subprocess.PIPE, text=True, **popen)
+    gateway = subprocess.Popen([*GATEWAY, *args], stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible,
+                               **popen)
     try:
         yield gateway
     finally:
         if gateway.poll() is None:
             gateway.kill()
             gateway.wait()
+
+
+def _interruptible() -> None:
+    """SIGINT at its default in the child, as Ctrl-C finds a command started from a shell: a child inherits an
+    ignored signal, and an earlier test's process can leave SIGINT ignored for the runner's children, where Python
+    never raises KeyboardInterrupt and the gateway would exit 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_until_pinged(http: httpx.Client, gateway: subprocess.Popen[str], url: str = "http://gateway/v1/ping") -> None:
