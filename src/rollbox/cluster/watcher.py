@@ -240,13 +240,13 @@ class Watcher:
                 log.warning("placing a warm pool's share failed: %s; trying again", failure)
 
     def _autoscale(self, pools: dict[str, ClusterPool]) -> None:
-        """Holds a request for as many nodes as the pools' replicas and the claims need (none when they need
-        none). With `release_idle`, drains the nodes beyond that which hold no claim: no new claims or pool shares
-        go there, and once empty their agents stop, so that an autoscaler may take them back."""
+        """Holds a request for as many nodes as the pools' replicas need (none when they need none). With
+        `release_idle`, drains the nodes beyond that which hold no claim: no new claims or pool shares go there,
+        and once empty their agents stop, so that an autoscaler may take them back."""
         if not self.members.scales:
             return
         nodes = [node for node in self.view.values() if node.status in ("up", "joining")]
-        demand = sum(pool.replicas for pool in pools.values()) + sum(node.claims for node in nodes)
+        demand = sum(pool.replicas for pool in pools.values())  # not the claims: they change by the second
         per_node = (sum(node.max_sandboxes for node in nodes) / len(nodes)) if nodes else self.node_capacity
         wanted = math.ceil(demand / max(per_node, 1))
         if wanted != self._wanted:
