@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from rollbox.cluster.view import NodeState
 from rollbox.spec import API_VERSION, Metadata, SandboxWarmPool, TemplateRef, WarmPoolSpec
 
-REPLICAS = "rollbox.io/cluster-replicas"
-MAX_REPLICAS = "rollbox.io/cluster-max-replicas"
-GENERATION = "rollbox.io/cluster-generation"
+PREFIX = "rollbox.io/cluster-"
+REPLICAS = PREFIX + "replicas"
+MAX_REPLICAS = PREFIX + "max-replicas"
+GENERATION = PREFIX + "generation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +34,8 @@ class ClusterPool:
     @classmethod
     def applied(cls, resource: SandboxWarmPool) -> ClusterPool:
         spec, metadata = resource.spec, resource.metadata
-        own = {key: value for key, value in metadata.labels.items() if not key.startswith("rollbox.io/cluster-")}
         return cls(metadata.name, spec.sandbox_template_ref.name, spec.replicas, spec.max_replicas,
-                   spec.refill_concurrency, time.time_ns(), own)
+                   spec.refill_concurrency, time.time_ns(), _own(metadata.labels))
 
     def share(self, replicas: int) -> SandboxWarmPool:
         """The warm pool a node keeps for `replicas` of this one; it may grow in bursts as the whole may."""
@@ -70,9 +70,13 @@ def read_pools(nodes: Iterable[NodeState]) -> dict[str, ClusterPool]:
             generation = int(labels.get(GENERATION, 0))
             if name in pools and pools[name].generation >= generation:
                 continue
-            own = {key: value for key, value in labels.items() if not key.startswith("rollbox.io/cluster-")}
             most = labels.get(MAX_REPLICAS)
             pools[name] = ClusterPool(name, held["template"], int(labels[REPLICAS]),
                                       int(most) if most is not None else None, held.get("refill_concurrency", 2),
-                                      generation, own)
+                                      generation, _own(labels))
     return pools
+
+
+def _own(labels: dict[str, str]) -> dict[str, str]:
+    """A pool's labels without the cluster's."""
+    return {key: value for key, value in labels.items() if not key.startswith(PREFIX)}

@@ -40,6 +40,11 @@ TIMEOUT = 600.0
 """Seconds a call may take (a template build, a fork); an exec's own timeout is added to it."""
 
 
+def no_progress(message: str) -> None:
+    """For applies whose progress nobody reads: a node's share of a pool, a template copied, the same build told
+    once by its first node."""
+
+
 class RemoteNode:
     """One node agent at `url`. Its connections belong to the event loop that first uses it."""
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import httpx
 
-from rollbox.cluster.placement import claim_order
+from rollbox.cluster.placement import claim_order, first_choice
 from rollbox.cluster.pools import ClusterPool, read_pools
-from rollbox.cluster.remote import RemoteNode
+from rollbox.cluster.remote import RemoteNode, no_progress
 from rollbox.cluster.view import NodeState
 from rollbox.cluster.watcher import SERVING, Members, Watcher, lost
 from rollbox.errors import (
@@ -134,7 +134,7 @@ class ClusterNode:
             nodes = await self._holding_snapshot(tenant, request.snapshot, nodes)
         self._refresh_ready()
         refused: Exception | None = None
-        for name in claim_order(nodes, request.warmpool, self._ready):
+        for name in self._candidates(nodes, request.warmpool):
             node = self.watcher.view[name]
             if request.warmpool:
                 key = (name, request.warmpool)
@@ -146,6 +146,14 @@ class ClusterNode:
         if isinstance(refused, CapacityExceeded):
             raise refused
         raise NodeUnavailable("no node of the cluster serves claims now: see the router's /healthz")
+
+    def _candidates(self, nodes: list[NodeState], warmpool: str | None) -> Iterator[str]:
+        """The nodes a claim tries, best first; the others are ranked only if the best refuses."""
+        first = first_choice(nodes, warmpool, self._ready)
+        if first is None:
+            return
+        yield first
+        yield from (name for name in claim_order(nodes, warmpool, self._ready) if name != first)
 
     def _refresh_ready(self) -> None:
         view = self.watcher.view
@@ -218,8 +226,9 @@ class ClusterNode:
         if not nodes:
             raise NodeUnavailable("no node of the cluster serves now: start node agents first")
         if isinstance(resource, SandboxTemplate):
-            statuses = await asyncio.gather(*(self._remote(node.url).apply(resource, progress if i == 0 else _quiet)
-                                              for i, node in enumerate(nodes)))
+            told = [progress, *[no_progress] * (len(nodes) - 1)]  # the same build, told once
+            statuses = await asyncio.gather(*(self._remote(node.url).apply(resource, say)
+                                              for node, say in zip(nodes, told, strict=True)))
             return "created" if "created" in statuses else "configured" if "configured" in statuses else "unchanged"
         before = read_pools(self.watcher.view.values()).get(resource.metadata.name)
         pool = ClusterPool.applied(resource)
@@ -285,10 +294,6 @@ class ClusterNode:
                 "max_sandboxes": sum(node.max_sandboxes for node in serving),
                 "claims": sum(node.claims for node in serving), "pools": pools,
                 "nodes": {name: node.describe() for name, node in sorted(view.items())}}
-
-
-def _quiet(message: str) -> None:
-    """Progress of the nodes after the first: the same build, told once."""
 
 
 def _same(before: ClusterPool, after: ClusterPool) -> bool:

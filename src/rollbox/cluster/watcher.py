@@ -21,7 +21,7 @@ from anyio import to_thread
 
 from rollbox.cluster.placement import pool_shares
 from rollbox.cluster.pools import ClusterPool, read_pools
-from rollbox.cluster.remote import RemoteNode
+from rollbox.cluster.remote import RemoteNode, no_progress
 from rollbox.cluster.view import Member, NodeState
 from rollbox.errors import NodeLost, NodeUnavailable
 from rollbox.spec import API_VERSION, parse_resource
@@ -206,7 +206,7 @@ class Watcher:
                                                    "kind": "SandboxTemplate", "metadata": {"name": name},
                                                    "spec": template.spec})
                         log.warning("node %s: building template %s", node.name, name)
-                        await target.apply(resource, lambda message: None)
+                        await target.apply(resource, no_progress)
             self._synced.add(key)
         except Exception:
             log.exception("node %s: copying templates failed; trying again", node.name)
@@ -232,7 +232,7 @@ class Watcher:
         draining = [node for node in self.view.values() if node.name in self.draining and node.status == "up"]
         for pool in shares.values():
             pool.update({node.name: 0 for node in draining})
-        applies = [self.remote(node.url).apply(pool.share(shares[name][node.name]), lambda message: None)
+        applies = [self.remote(node.url).apply(pool.share(shares[name][node.name]), no_progress)
                    for name, pool in pools.items() for node in [*serving, *draining]
                    if node.url is not None and not pool.kept_by(node, shares[name][node.name])]
         for failure in await asyncio.gather(*applies, return_exceptions=True):
