@@ -3,10 +3,13 @@ directory, a router killed and started again, and two routers in front of the sa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,9 +17,23 @@ import pytest
 
 from rollbox import errors
 from rollbox.client import SandboxClient
-from rollbox.cluster.router import RESTART_WAIT
+from rollbox.cluster.remote import no_progress
+from rollbox.cluster.router import RESTART_WAIT, ClusterNode
+from rollbox.cluster.static import StaticMembers
+from rollbox.cluster.watcher import SERVING
+from rollbox.spec import SandboxTemplate, load_file
 from tests.cluster.conftest import NODES, POOL
-from tests.support.cluster import TOKENS, Cluster, claim_on_every_node, node_of, router_health, wait_for
+from tests.support.cluster import (
+    ROLLBOX,
+    TOKENS,
+    Cluster,
+    claim_on_every_node,
+    node_agent,
+    node_of,
+    router_health,
+    wait_for,
+)
+from tests.support.servers import RL_TEMPLATE
 
 BACK_WITHIN = 10.0
 """Seconds after a node agent serves again by which the router serves its claims again."""
@@ -147,3 +164,32 @@ def test_two_routers_serve_each_others_claims(cluster: Cluster, client: SandboxC
                     first_router.get_sandbox(sandbox.id)
     second.stop()
     cluster.routers.remove(second)
+
+
+def test_a_node_gone_since_the_routers_last_look_answers_503(cluster: Cluster, tmp_path: Path) -> None:
+    """A router learns of a dead node agent at its next look: a template applied, or the templates read, before then
+    answer 503 (try again), not a server failure. The router here never looks again, so the window stays open."""
+    agent = node_agent(tmp_path, "gamma", cluster.secret_file, max_sandboxes=2)
+    agent.start()
+    template = next(r for r in load_file(RL_TEMPLATE) if isinstance(r, SandboxTemplate))
+
+    async def scenario() -> None:
+        router = ClusterNode(StaticMembers([agent.url]), cluster.secret_file.read_text(), tick=3600)
+        await router.start()
+        try:
+            assert router.watcher.view["gamma"].status in SERVING
+            agent.kill()
+            with pytest.raises(errors.NodeUnavailable, match="try again"):
+                await router.apply(template, no_progress)
+            with pytest.raises(errors.NodeUnavailable, match="try again"):
+                await router.templates()
+        finally:
+            await router.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        agent.kill()
+        down = subprocess.run([str(ROLLBOX), "down", "--data-dir", str(agent.data_dir)], capture_output=True,
+                              text=True, timeout=120)
+        assert down.returncode == 0, down.stderr

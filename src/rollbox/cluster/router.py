@@ -9,6 +9,7 @@ cluster, and one that restarts has lost nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -227,8 +228,9 @@ class ClusterNode:
             raise NodeUnavailable("no node of the cluster serves now: start node agents first")
         if isinstance(resource, SandboxTemplate):
             told = [progress, *[no_progress] * (len(nodes) - 1)]  # the same build, told once
-            statuses = await asyncio.gather(*(self._remote(node.url).apply(resource, say)
-                                              for node, say in zip(nodes, told, strict=True)))
+            with _answered("the template's build"):
+                statuses = await asyncio.gather(*(self._remote(node.url).apply(resource, say)
+                                                  for node, say in zip(nodes, told, strict=True)))
             return "created" if "created" in statuses else "configured" if "configured" in statuses else "unchanged"
         before = read_pools(self.watcher.view.values()).get(resource.metadata.name)
         pool = ClusterPool.applied(resource)
@@ -240,7 +242,9 @@ class ClusterNode:
         return "created" if before is None else "configured"
 
     async def _check_template(self, name: str, nodes: list[NodeState]) -> None:
-        if not any(template.name == name for template in await self._remote(nodes[0].url).templates()):
+        with _answered("the template's check"):
+            templates = await self._remote(nodes[0].url).templates()
+        if not any(template.name == name for template in templates):
             raise TemplateNotFound(f"template {name!r} is not built: apply it first")
 
     async def templates(self) -> list[TemplateInfo]:
@@ -279,7 +283,8 @@ class ClusterNode:
         nodes = self._answering()
         if not nodes:
             raise NodeUnavailable("no node of the cluster serves now: start node agents first")
-        return await call(self._remote(nodes[0].url))
+        with _answered(f"a call on node {nodes[0].name}"):
+            return await call(self._remote(nodes[0].url))
 
     # -- operations -------------------------------------------------------------------------
 
@@ -294,6 +299,16 @@ class ClusterNode:
                 "max_sandboxes": sum(node.max_sandboxes for node in serving),
                 "claims": sum(node.claims for node in serving), "pools": pools,
                 "nodes": {name: node.describe() for name, node in sorted(view.items())}}
+
+
+@contextlib.contextmanager
+def _answered(what: str) -> Iterator[None]:
+    """A node that stops answering during `what` (it is leaving, or its agent restarts) answers 503, to be tried
+    again, not a server failure."""
+    try:
+        yield
+    except httpx.TransportError as error:
+        raise NodeUnavailable(f"a node stopped answering during {what} ({error}); try again shortly") from None
 
 
 def _same(before: ClusterPool, after: ClusterPool) -> bool:
