@@ -131,6 +131,27 @@ class SandboxStats(BaseModel):
     cpu_seconds: float
     pids: int
     disk_bytes: int
+    cost: ClaimCost | None = None
+    """What the claim has used since it began (None from a server that does not account claims)."""
+
+
+# -- cost accounting (docs/observability.md) ---------------------------------------------------
+
+
+class ClaimCost(BaseModel):
+    """What a claim has used from its start to now, across resets: the figures a rollout is priced by.
+
+    CPU-seconds come from the cgroups' CPU counters; memory and disk GB-seconds integrate samples of the
+    cgroup's memory and of the sandbox's own writes over time (docs/observability.md says how often)."""
+
+    cpu_seconds: float = 0.0
+    memory_gb_seconds: float = 0.0
+    disk_gb_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    memory_peak_bytes: int = 0
+    disk_peak_bytes: int = 0
+    samples: int = 0
+    """Memory samples taken so far; each GB-second figure is a trapezoid sum over them."""
 
 
 class SnapshotInfo(BaseModel):
