@@ -9,7 +9,7 @@ scopes every call: another tenant's sandbox is not found.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal, Protocol
 
 from rollbox.models import (
@@ -17,8 +17,14 @@ from rollbox.models import (
     ClaimRequest,
     ExecRequest,
     ExecResult,
+    ProcessControl,
+    ProcessEvent,
+    ProcessInfo,
+    ProcessRequest,
     SandboxInfo,
     SandboxStats,
+    ShellCommand,
+    ShellRequest,
     SnapshotInfo,
     TemplateInfo,
     WarmPoolInfo,
@@ -57,6 +63,26 @@ class Node(Protocol):
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         """What the sandbox uses now: memory (and its peak), CPU seconds, processes, disk."""
+
+    # -- processes (docs/processes.md) ------------------------------------------------------
+    async def start_process(self, tenant: str, sandbox_id: str, request: ProcessRequest) -> ProcessInfo:
+        """Starts a background process; it runs until it ends or is killed, or its sandbox is reset or deleted."""
+    async def processes(self, tenant: str, sandbox_id: str) -> list[ProcessInfo]:
+        """The sandbox's background processes, running or ended (ended ones are kept to be read back)."""
+    async def process(self, tenant: str, sandbox_id: str, process_id: str) -> ProcessInfo: ...
+    def process_events(self, tenant: str, sandbox_id: str, process_id: str, offset: int | None = 0
+                       ) -> AsyncIterator[ProcessEvent]:
+        """The process's output from byte `offset` of what is kept (0: from the start; None: from now), as it
+        comes, then its `end`. Errors before the first event raise; later ones end the stream with `error`."""
+    async def control_process(self, tenant: str, sandbox_id: str, process_id: str, request: ProcessControl
+                              ) -> None:
+        """Writes stdin, closes it, resizes the terminal and sends a signal, as `request` says, in that order."""
+    async def delete_process(self, tenant: str, sandbox_id: str, process_id: str) -> None:
+        """Kills the process (and all it started) if it runs, and forgets it."""
+    async def start_shell(self, tenant: str, sandbox_id: str, request: ShellRequest) -> ProcessInfo: ...
+    async def run_in_shell(self, tenant: str, sandbox_id: str, process_id: str, request: ShellCommand
+                           ) -> ExecResult:
+        """Runs one command in a shell session; a timeout interrupts the command, not the session."""
 
     # -- snapshots --------------------------------------------------------------------------
     async def snapshot(self, tenant: str, sandbox_id: str, name: str) -> SnapshotInfo: ...
