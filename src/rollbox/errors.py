@@ -19,9 +19,11 @@ rollbox's own (a proxy's 502).
     │   ├── SandboxNotFound (404 sandbox_not_found)
     │   ├── TemplateNotFound (404 template_not_found)
     │   ├── SnapshotNotFound (404 snapshot_not_found)
+    │   ├── VolumeNotFound (404 volume_not_found)
     │   └── FileNotFound (404 file_not_found)
     ├── Conflict (409 conflict)
-    │   └── SandboxNotRunning (409 sandbox_not_running)
+    │   ├── SandboxNotRunning (409 sandbox_not_running)
+    │   └── VolumeInUse (409 volume_in_use)             mounted read-write elsewhere, or mounted at all on delete
     ├── TooLarge (413 too_large)
     ├── CapacityExceeded (429 capacity_exceeded)
     ├── BuildFailed (422 build_failed)                 a template step failed
@@ -60,6 +62,8 @@ __all__ = [
     "TooLarge",
     "Unauthorized",
     "UnprocessableBody",
+    "VolumeInUse",
+    "VolumeNotFound",
     "from_code",
 ]
 
@@ -148,6 +152,14 @@ class Conflict(RollboxError):
 
 class SandboxNotRunning(Conflict):
     code = "sandbox_not_running"
+
+
+class VolumeNotFound(NotFound):
+    code = "volume_not_found"
+
+
+class VolumeInUse(Conflict):
+    code = "volume_in_use"
 
 
 class TooLarge(RollboxError):

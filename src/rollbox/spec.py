@@ -216,6 +216,49 @@ class Network(Model):
             raise ValueError("mode allowlist needs at least one egress entry (mode none allows nothing)")
 
 
+# -- volumes (docs/volumes.md) ---------------------------------------------------------------------
+
+VOLUME_RESERVED = ("/proc", "/sys", "/dev", "/.rollbox")
+"""Where no volume may be mounted: the kernel's views and the exec agent's own files."""
+
+
+class VolumeMount(Model):
+    """A named volume mounted into a sandbox: declared on a template (`spec.volumes`) or a claim (`volumes`).
+
+    `size` creates the volume on first use when it does not exist yet; without it a missing volume is an error.
+    """
+
+    name: str
+    mount_path: str = Field(alias="mountPath")
+    read_only: bool = Field(False, alias="readOnly")
+    size: Bytes | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _volume_name(cls, name: str) -> str:
+        return volume_name(name)
+
+    @field_validator("mount_path")
+    @classmethod
+    def _mount_path(cls, path: str) -> str:
+        parts = path.split("/")
+        if (not path.startswith("/") or path == "/" or len(path) > 1024 or "\0" in path
+                or any(part in ("", ".", "..") for part in parts[1:])):
+            raise ValueError(f"{path!r} must be an absolute, normalised path other than / (no '.', '..' or '//')")
+        if any(path == reserved or path.startswith(reserved + "/") for reserved in VOLUME_RESERVED):
+            raise ValueError(f"{path!r} is reserved: a volume cannot be mounted under {', '.join(VOLUME_RESERVED)}")
+        return path
+
+
+def volume_name(name: str) -> str:
+    """A volume's name is a DNS label like every other name: it can never be a path."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"volume name {name!r}: use lowercase letters, digits, '-' or '.', at most 63 characters")
+    if name.strip(".") != name or ".." in name:
+        raise ValueError(f"volume name {name!r}: no leading, trailing or repeated '.'")
+    return name
+
+
 class TemplateSpec(Model):
     base: str = "host"
     steps: list[Step] = Field(default_factory=list)
@@ -225,6 +268,8 @@ class TemplateSpec(Model):
     user: str = "user"
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
+    volumes: list[VolumeMount] = Field(default_factory=list)
+    """Mounted into every sandbox claimed from the template (a claim's own volumes come on top)."""
 
     @field_validator("base")
     @classmethod

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from rollbox.engine import accounts, mounts, recovery
+from rollbox.engine import accounts, mounts, recovery, volumes
 from rollbox.engine.agent import agent_binary, compat_library
 from rollbox.engine.agent_client import AgentRequest, OutputCallback
 from rollbox.engine.builder import Builder, Progress
@@ -69,6 +69,7 @@ class Engine:
                                  agent_binary(self.data_dir / "bin"), compat_library(self.data_dir / "bin"))
         self.builder = Builder(self.layers, self.runtime("runc"), self.data_dir / "build", self.cgroups)
         self._templates = Templates(self.store, self.builder, self.runtime)
+        self.volumes = volumes.Volumes(self.data_dir)
         self._lock = threading.RLock()
         self._container_locks: dict[str, threading.RLock] = {}
         self._records = {record.id: record for record in self.store.containers()}
@@ -100,8 +101,11 @@ class Engine:
 
     def create(self, template: str | None = None, *, snapshot: str | None = None,
                env: dict[str, str] | None = None, limits: Limits | None = None,
-               labels: dict[str, str] | None = None) -> Container:
-        """Starts a container from a built template or a snapshot and waits until its agent answers."""
+               labels: dict[str, str] | None = None,
+               volume_mounts: Sequence[tuple[str, str, bool]] = ()) -> Container:
+        """Starts a container from a built template or a snapshot and waits until its agent answers.
+
+        `volume_mounts` binds named volumes into it: (volume key, mount path, read-only) each."""
         if snapshot is not None:
             found = self.store.snapshot(snapshot)
             if found is None:
@@ -114,6 +118,7 @@ class Engine:
         spec = self._templates.get(template).spec
         record = self._new_record(template, spec.runtime, image, limits or spec.limits, env or {}, labels or {})
         record.snapshot = snapshot
+        record.volumes = [volumes.attachment(self.volumes.get(key), path, ro) for key, path, ro in volume_mounts]
         self._launch(record)
         return Container(self, record.id)
 
@@ -245,6 +250,7 @@ class Engine:
                                          parent.env, parent.labels) for _ in range(count)]
             for child in children:
                 child.baseline, child.parent, child.snapshot = parent.baseline, parent.id, parent.snapshot
+                child.volumes = volumes.read_only(parent.volumes)
             seed = self.layers.upper_dirs(parent.upper)[0] if copied else None
             hold = copied and parent.state == "running"
             with ThreadPoolExecutor(max_workers=min(count + 1, 8)) as pool:
@@ -334,8 +340,9 @@ class Engine:
 
     def files(self, container_id: str) -> ContainerFiles:
         record = self._record(container_id)
-        return ContainerFiles(str(self.launcher.rootfs(record.id)), record.home, record.uid, record.gid,
-                              Limits(**record.limits).upload)
+        files = ContainerFiles(str(self.launcher.rootfs(record.id)), record.home, record.uid, record.gid,
+                               Limits(**record.limits).upload)
+        return volumes.MountedFiles(files, self.volumes, record.volumes) if record.volumes else files  # type: ignore[return-value]
 
     def stats(self, container_id: str) -> SandboxStats:
         return self.launcher.stats(self._record(container_id))
@@ -345,6 +352,7 @@ class Engine:
     def recover(self) -> None:
         """Adopts the containers the store knows (starting again those that died) and removes everything of
         this engine it does not know."""
+        self.volumes.recover()
         self._records.clear()
         self._records.update((record.id, record) for record in self.store.containers())
         for record in list(self._records.values()):
@@ -369,6 +377,10 @@ class Engine:
             for layer in candidates:
                 if layer not in used:
                     self.layers.remove(layer)
+
+    def delete_volume(self, key: str) -> None:
+        """Deletes a volume once no container binds it (waiting a little for containers being deleted)."""
+        self.volumes.delete(key, lambda: volumes.users(list(self._records.values()), key))
 
     def destroy_all(self) -> None:
         """Deletes every container and snapshot of this engine (templates and their layers stay)."""
@@ -397,8 +409,10 @@ class Engine:
         self._reaper.stop()
         self.store.close()
         if not self._records:
+            self.volumes.unmount_all()
             self.cgroups.prune()
             shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.volumes.close()
 
     def __enter__(self) -> Engine:
         return self

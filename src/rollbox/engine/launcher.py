@@ -17,7 +17,7 @@ import socket
 import threading
 from pathlib import Path
 
-from rollbox.engine import mounts
+from rollbox.engine import mounts, volumes
 from rollbox.engine.agent_client import AgentClient
 from rollbox.engine.cgroups import Cgroups
 from rollbox.engine.files import ContainerFiles
@@ -83,6 +83,7 @@ class Launcher:
         binds = [Bind(str(self.agent), AGENT_PATH), *runtime.binds(rootfs)]
         if record.image.host_binds:
             binds += host_binds()
+        binds += volumes.binds(self.data_dir, record.volumes)
         if runtime.passes_fds:
             args = [AGENT_PATH, "--fd", str(AGENT_FD)]
         else:

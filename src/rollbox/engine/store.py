@@ -80,6 +80,8 @@ class ContainerRecord:
     snapshot: str | None = None
     parent: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    """The named volumes bound into it (`engine.volumes.attachment`)."""
 
     @property
     def oci_id(self) -> str:
