@@ -74,6 +74,12 @@ class Cgroups:
         return (self._read_int("memory", name, "memory.usage_in_bytes"),
                 self._read_int("memory", name, "memory.max_usage_in_bytes"))
 
+    def memory_current(self, name: str) -> int:
+        """Memory in use now, in bytes: one read, for sampling a claim's cost."""
+        if self.v2:
+            return self._read_int("", name, "memory.current")
+        return self._read_int("memory", name, "memory.usage_in_bytes")
+
     def cpu_seconds(self, name: str) -> float:
         if self.v2:
             try:

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from rollbox.engine import accounts, mounts, recovery, volumes
+from rollbox.engine import accounting, accounts, mounts, recovery, volumes
 from rollbox.engine.agent import agent_binary, compat_library
 from rollbox.engine.agent_client import AgentRequest, OutputCallback
 from rollbox.engine.builder import Builder, Progress
@@ -346,6 +346,12 @@ class Engine:
 
     def stats(self, container_id: str) -> SandboxStats:
         return self.launcher.stats(self._record(container_id))
+
+    def usage(self, container_id: str, *, cpu_only: bool = False) -> accounting.Usage:
+        """The counters a claim's cost is accounted from (rollbox.node.cost); `cpu_only` reads one file."""
+        record = self._record(container_id)
+        return accounting.cpu_usage(self.cgroups, record) if cpu_only else \
+            accounting.usage(self.cgroups, self.layers, record)
 
     # -- durability and clean-up ------------------------------------------------------------
 

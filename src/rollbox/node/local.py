@@ -46,6 +46,7 @@ from rollbox.models import (
 from rollbox.node.base import FileOp, OutputCallback
 from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim, as_sandbox, gone
+from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
 from rollbox.node.recovery import recover
 from rollbox.node.resources import Resources
@@ -81,7 +82,10 @@ class LocalNode:
         self.deletions = Deletions(engine, self.store, self.capacity, self.closed)
         self.resources = Resources(engine, self.store, self.capacity, self.deletions, cold_starts)
         self._writer = ClaimWriter(self.store)
+        self.costs = CostMeters(engine, self._busy, self.closed)
         recover(self)
+        for recovered in list(self.claimed.values()):  # accounted from now: what they used before is unknown
+            self.costs.open(recovered.sandbox_id, recovered.container_id)
         self._sweeper = Sweeper(self, tick)
 
     # -- resources --------------------------------------------------------------------------
@@ -137,6 +141,7 @@ class LocalNode:
             raise
         with self.lock:
             self.claimed[claim.sandbox_id] = claim
+        self.costs.open(claim.sandbox_id, container_id)
         return claim.info()
 
     async def claims(self, tenant: str) -> list[SandboxInfo]:
@@ -198,7 +203,12 @@ class LocalNode:
             if self.claimed.pop(claim.sandbox_id, None) is None:
                 return False
         self.capacity.give_quota(claim.tenant, 1)
+        self.costs.close(claim.sandbox_id, claim.tenant)
         return True
+
+    def _busy(self, sandbox_id: str) -> bool:
+        claim = self.claimed.get(sandbox_id)
+        return claim is not None and claim.busy > 0
 
     async def exec(self, tenant: str, sandbox_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
                    on_stderr: OutputCallback | None = None) -> ExecResult:
@@ -272,6 +282,7 @@ class LocalNode:
                 self.engine.reset(claim.container_id)
                 self.store.put_claims([claim])
                 return claim.info()
+            self.costs.switch(claim.sandbox_id, container_id)
             old, claim.container_id, claim.paused = claim.container_id, container_id, None
             self.store.put_claims([claim], released=[old])
         self.deletions.later(old)
@@ -308,6 +319,8 @@ class LocalNode:
             self.store.put_claims([parent, *children])
             with self.lock:
                 self.claimed.update((child.sandbox_id, child) for child in children)
+            for child in children:
+                self.costs.open(child.sandbox_id, child.container_id)
         return [child.info() for child in children]
 
     async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
@@ -319,7 +332,12 @@ class LocalNode:
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         claim = self._get(tenant, sandbox_id)
         with as_sandbox(claim):
-            return await to_thread.run_sync(self.engine.stats, claim.container_id)
+            return await to_thread.run_sync(self._stats, claim)
+
+    def _stats(self, claim: Claim) -> SandboxStats:
+        stats = self.engine.stats(claim.container_id)
+        stats.cost = self.costs.cost(claim.sandbox_id)
+        return stats
 
     def _set_paused(self, claim: Claim, paused: str | None) -> SandboxInfo:
         with self._holding(claim), as_sandbox(claim):
@@ -406,6 +424,7 @@ class LocalNode:
         """Stops background work and waits for it. Containers and claims stay for the next node."""
         self.closed.set()
         self._sweeper.join()
+        self.costs.join()
         self.resources.close()
         self.deletions.close()
         self.store.close()
