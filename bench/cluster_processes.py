@@ -23,6 +23,7 @@ import httpx
 from rollbox.server.listen import listen_tcp
 
 ROLLBOX = Path(sys.executable).with_name("rollbox")
+SPLICE = Path(__file__).with_name("tcp_splice.py")
 TENANT = "bench"
 TOKEN = secrets.token_hex(16)
 """The bench tenant's token on every server of a run; it is an admin, to apply its template and pool."""
@@ -50,11 +51,26 @@ def free_port() -> int:
 def rollbox(root: Path, name: str, *args: str) -> Iterator[Child]:
     """`rollbox ARGS --host 127.0.0.1 --port P` until the block ends (SIGTERM, then SIGKILL after a minute), once it
     answers /healthz."""
+    with serving(root, name, lambda port: [str(ROLLBOX), *args, "--host", "127.0.0.1", "--port", str(port)]) as child:
+        yield child
+
+
+@contextlib.contextmanager
+def spliced(root: Path, name: str, upstream: Child) -> Iterator[Child]:
+    """bench/tcp_splice.py in front of `upstream`: the same server one process further away."""
+    upstream_port = upstream.url.rpartition(":")[2]
+    with serving(root, name, lambda port: [sys.executable, str(SPLICE), str(port), upstream_port]) as child:
+        yield child
+
+
+@contextlib.contextmanager
+def serving(root: Path, name: str, command: Callable[[int], list[str]]) -> Iterator[Child]:
+    """`command(port)` running until the block ends (SIGTERM, then SIGKILL after a minute), once /healthz answers on
+    that port."""
     port = free_port()
     log = root / f"{name}.log"
     with log.open("ab") as out:
-        process = subprocess.Popen([str(ROLLBOX), *args, "--host", "127.0.0.1", "--port", str(port)], stdout=out,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command(port), stdout=out, stderr=subprocess.STDOUT)
     child = Child(name, f"http://127.0.0.1:{port}", process.pid, log)
     try:
         wait_health(child, process, lambda health: True)

@@ -2,7 +2,8 @@
 of its own) behind one router, and with Ray a router over node agents on a local Ray cluster, against the
 single-machine `rollbox serve` in the same run, all reached alike (loopback TCP, a tenant token) and all holding the
 same warm pool: warm claims at 1 and 64 clients, and `true` run one at a time. They take turns round by round, so
-that all meet the same moments of a shared machine.
+that all meet the same moments of a shared machine. The single server is also reached through bench/tcp_splice.py,
+a proxy that only copies bytes: the cost of one more process on the way, which no router can go below.
 
 The 64-client rounds run with the client on one CPU and the event loop of the process it talks to (the single
 server, or the router) on the other, as bench/server.py times claims (see cpu.cpus_apart), and in a full run once
@@ -24,7 +25,7 @@ from rich.progress import Progress
 
 from claims import claim_round
 from clients import Client, RawClient, SdkClient, succeed, timed
-from cluster_processes import TOKEN, TOKEN_ARGS, Child, rollbox, router, secret_file, server_args
+from cluster_processes import TOKEN, TOKEN_ARGS, Child, rollbox, router, secret_file, server_args, spliced
 from common import Figures, teardown
 from cpu import Tally, cpu_seconds
 from plan import Plan
@@ -82,6 +83,8 @@ class Side:
     name: str
     front: Child
     nodes: tuple[int, ...] = ()
+    owns_pool: bool = True
+    """False for a side that reaches another side's server, and so its pool."""
     control: Control = field(init=False)
 
     def __post_init__(self) -> None:
@@ -122,7 +125,9 @@ def measure(root: Path, plan: RealPlan, progress: Progress, ray: bool) -> Figure
                                                     "--secret-file", str(secret), "--max-sandboxes", str(most)))
                       for name in NODES]
             front = running.enter_context(router(root, "router", [agent.url for agent in agents], secret))
-            sides = [Side("single", single), Side("router", front, tuple(agent.pid for agent in agents))]
+            splice = running.enter_context(spliced(root, "spliced", single))
+            sides = [Side("single", single), Side("spliced", splice, owns_pool=False),
+                     Side("router", front, tuple(agent.pid for agent in agents))]
             failed = {}
             if ray:
                 try:
@@ -180,7 +185,7 @@ def apply_while_draining(url: str, resources: str, attempts: int = 10) -> None:
 async def compare(sides: list[Side], plan: RealPlan, progress: Progress) -> Figures:
     figures: Figures = {}
     try:
-        await asyncio.gather(*(side.control.apply(plan.pool) for side in sides))
+        await asyncio.gather(*(side.control.apply(plan.pool) for side in sides if side.owns_pool))
         for kind in plan.clients:
             clients = [kind(side.front.url, TOKEN) for side in sides]
             try:
