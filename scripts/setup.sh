@@ -10,7 +10,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-packages=(runc runsc umoci skopeo debootstrap gcc libc6-dev iproute2 nftables busybox-static python3-venv)
+packages=(runc runsc umoci skopeo debootstrap gcc libc6-dev iproute2 nftables busybox-static python3-venv chromium)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -26,7 +26,7 @@ if [ ! -f "$stamp" ]; then
   echo "creating .venv"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev,rl,rl-adapters,ray]'
+  .venv/bin/pip install -q -e '.[dev,rl,rl-adapters,ray,browser]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

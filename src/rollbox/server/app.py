@@ -14,6 +14,7 @@ from rollbox.errors import RollboxError
 from rollbox.node import Node
 from rollbox.server import openapi, resources, sandboxes
 from rollbox.server.auth import ClusterSecret, Tenants
+from rollbox.server.dashboard import routes as dashboard
 from rollbox.server.limits import BodyLimit
 from rollbox.server.metrics import Metrics
 from rollbox.server.responses import error_response, json_response
@@ -36,6 +37,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     routes = Routes(ClusterSecret(cluster_secret) if cluster_secret is not None else Tenants(tokens, admins))
     sandboxes.add_routes(routes, node, metrics)
     resources.add_routes(routes, node)
+    dashboard.add_routes(routes, node, metrics)
 
     @routes.add("GET", "/healthz", auth=False)
     async def healthz() -> Response:

@@ -44,6 +44,8 @@ class Tenants:
         if missing:
             raise InvalidRequest(f"admin {missing[0]!r} has no token: give it one (--token {missing[0]}=TOKEN)")
         self.admins = frozenset({OPEN_TENANT}) if self.open else admins
+        self.names = frozenset({OPEN_TENANT}) if self.open else frozenset(self._tenants.values())
+        """Every tenant: whose sandboxes an admin's dashboard lists."""
 
     def tenant(self, authorization: str | None, acting_for: str | None = None) -> str:
         """The tenant of an `Authorization` header's value (`acting_for` counts only on a node agent)."""

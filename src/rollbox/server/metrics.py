@@ -6,6 +6,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from rollbox.server.dashboard.history import Activity
+
 CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -25,11 +27,23 @@ class Metrics:
                                 registry=self.registry)
         self.pool_starting = Gauge("rollbox_pool_starting", "Sandboxes a warm pool is starting", ["pool"],
                                    registry=self.registry)
+        self.exec_seconds = Histogram("rollbox_exec_seconds", "Time to answer a command that ran",
+                                      buckets=CLAIM_BUCKETS, registry=self.registry)
+        self.activity = Activity()
+        """Recent latencies and commands, for the dashboard."""
 
     def record_claim(self, seconds: float) -> None:
         """One claim, answered in `seconds`."""
         self.claims.inc()
         self.claim_seconds.observe(seconds)
+        self.activity.claims.add(seconds)
+
+    def record_exec(self, tenant: str, sandbox_id: str, command: str | list[str], exit_code: int | None,
+                    seconds: float) -> None:
+        """One command that ran (counted in `execs` as it arrived), answered in `seconds`."""
+        self.exec_seconds.observe(seconds)
+        self.activity.execs.add(seconds)
+        self.activity.commands.add(sandbox_id, tenant, command, exit_code, seconds)
 
     def render(self, health: dict[str, Any]) -> bytes:
         """The text exposition, with gauges read from the node's health at scrape time."""

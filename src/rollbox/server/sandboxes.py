@@ -56,6 +56,7 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
     async def delete_sandbox(tenant: str, sandbox_id: str) -> Response:
         """Deletes a sandbox (its container goes in the background)."""
         await node.delete(tenant, sandbox_id)
+        metrics.activity.commands.drop(sandbox_id)
         return no_content()
 
     @add("GET", "/v1/sandboxes/{sandbox_id}/stats", answer=SandboxStats)
@@ -89,7 +90,10 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
     async def exec_command(tenant: str, sandbox_id: str, body: ExecRequest) -> Response:
         """Runs a command and answers when it ends."""
         metrics.execs.inc()
-        return json_response(await node.exec(tenant, sandbox_id, body))
+        started = time.perf_counter()
+        result = await node.exec(tenant, sandbox_id, body)
+        metrics.record_exec(tenant, sandbox_id, body.command, result.exit_code, time.perf_counter() - started)
+        return json_response(result)
 
     @add("POST", "/v1/sandboxes/{sandbox_id}/exec/stream", body=ExecRequest, answer="application/x-ndjson")
     async def exec_stream(tenant: str, sandbox_id: str, body: ExecRequest) -> Response:
@@ -97,8 +101,10 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         metrics.execs.inc()
 
         async def produce(emit: Emit) -> None:
+            started = time.perf_counter()
             result = await node.exec(tenant, sandbox_id, body, lambda data: emit({"type": "stdout", "data": data}),
                                      lambda data: emit({"type": "stderr", "data": data}))
+            metrics.record_exec(tenant, sandbox_id, body.command, result.exit_code, time.perf_counter() - started)
             emit({"type": "result", "result": result.model_dump()})
 
         return await ndjson(produce, _exec_error)

@@ -1,0 +1,120 @@
+"""The dashboard's routes over a real server and sandboxes: tokens, tenants, the admin-only command log, the
+page's locks (Content-Security-Policy), and the bounded history behind its charts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from rollbox.client import SandboxClient
+from rollbox.server.dashboard.assets import CONTENT_SECURITY_POLICY
+from rollbox.server.dashboard.history import COMMANDS_PER_SANDBOX, SLOT_SECONDS, SLOTS, CommandLog, LatencyHistory
+from tests.support.servers import ADMINS, TEMPLATE, TOKENS, router
+
+DATA_ROUTES = ["/dashboard/api/overview", "/dashboard/api/stats?ids=x", "/dashboard/api/sandboxes/x/commands"]
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with router(tmp_path_factory.mktemp("dashboard"), TOKENS, ADMINS) as address:
+        with SandboxClient(address, TOKENS["alice"]) as admin:
+            admin.apply(TEMPLATE)
+        yield address
+
+
+def http(url: str, tenant: str | None = None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {TOKENS[tenant]}"} if tenant else {}
+    return httpx.Client(transport=httpx.HTTPTransport(uds=url.removeprefix("unix://")), base_url="http://rollbox",
+                        headers=headers)
+
+
+@pytest.mark.parametrize("route", DATA_ROUTES)
+def test_data_routes_answer_401_without_a_known_token(url: str, route: str) -> None:
+    with http(url) as anonymous:
+        assert anonymous.get(route).status_code == 401
+        assert anonymous.get(route, headers={"Authorization": "Bearer not-a-token"}).status_code == 401
+        assert anonymous.get(route + ("&" if "?" in route else "?") + f"token={TOKENS['alice']}").status_code == 401
+
+
+def test_a_tenant_sees_its_own_sandboxes_and_an_admin_everyones(url: str) -> None:
+    with SandboxClient(url, TOKENS["alice"]) as alice, SandboxClient(url, TOKENS["bob"]) as bob, \
+            http(url, "alice") as as_alice, http(url, "bob") as as_bob:
+        mine = alice.create_sandbox(template="basic")
+        theirs = bob.create_sandbox(template="basic", labels={"who": "bob"})
+        try:
+            seen_by_bob = as_bob.get("/dashboard/api/overview").json()
+            assert seen_by_bob["tenant"] == "bob" and not seen_by_bob["admin"]
+            assert [s["id"] for s in seen_by_bob["sandboxes"]] == [theirs.id]
+            assert seen_by_bob["sandboxes"][0]["labels"] == {"who": "bob"}
+            seen_by_alice = as_alice.get("/dashboard/api/overview").json()
+            assert seen_by_alice["admin"]
+            assert {s["id"]: s["tenant"] for s in seen_by_alice["sandboxes"]} == {mine.id: "alice", theirs.id: "bob"}
+
+            both = f"/dashboard/api/stats?ids={mine.id},{theirs.id}"
+            assert set(as_bob.get(both).json()) == {theirs.id}, "a tenant read another's stats"
+            figures = as_alice.get(both).json()
+            assert set(figures) == {mine.id, theirs.id}
+            assert figures[mine.id]["memory_bytes"] > 0 and figures[mine.id]["cpu_seconds"] >= 0
+            many = ",".join(f"sb-{n}" for n in range(101))
+            assert as_alice.get(f"/dashboard/api/stats?ids={many}").status_code == 400
+        finally:
+            mine.delete()
+            theirs.delete()
+
+
+def test_the_command_log_is_for_admins_and_goes_with_its_sandbox(url: str) -> None:
+    with SandboxClient(url, TOKENS["bob"]) as bob, http(url, "alice") as as_alice, http(url, "bob") as as_bob:
+        sandbox = bob.create_sandbox(template="basic")
+        route = f"/dashboard/api/sandboxes/{sandbox.id}/commands"
+        try:
+            sandbox.run("echo secret-work")
+            sandbox.run(["sh", "-c", "exit 3"])
+            assert as_bob.get(route).status_code == 403, "a tenant read the command log"
+            log = as_alice.get(route).json()
+            assert [(entry["command"], entry["exit_code"], entry["tenant"]) for entry in log] == [
+                ("echo secret-work", 0, "bob"), ("sh -c exit 3", 3, "bob")]
+            assert all(entry["duration_ms"] > 0 for entry in log)
+        finally:
+            sandbox.delete()
+        assert as_alice.get(route).json() == [], "the command log outlived its sandbox"
+
+
+def test_the_page_and_its_files_carry_a_strict_content_security_policy(url: str) -> None:
+    with http(url) as anonymous:
+        for path in ("/dashboard", "/dashboard/static/dashboard.js", "/dashboard/static/rollbox.css"):
+            answer = anonymous.get(path)
+            assert answer.status_code == 200, path
+            assert answer.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+            assert answer.headers["x-content-type-options"] == "nosniff"
+        assert "unsafe-inline" not in CONTENT_SECURITY_POLICY and "http" not in CONTENT_SECURITY_POLICY
+        page = anonymous.get("/dashboard").text
+        assert "<script>" not in page and "style=" not in page and "on" + "click" not in page
+        for name in ("..%2Fapp.py", "../__init__.py", "nope.js", "%2Fetc%2Fpasswd"):
+            assert anonymous.get(f"/dashboard/static/{name}").status_code == 404, name
+
+
+def test_the_latency_history_keeps_ten_minutes_in_fixed_memory() -> None:
+    history = LatencyHistory()
+    start = 1_000_000.0
+    for n in range(100):
+        history.add(0.010, now=start)
+        history.add(0.020 if n else 2.0, now=start + SLOT_SECONDS)
+    first, second = history.series(now=start + SLOT_SECONDS)
+    assert (first["t"], first["count"]) == (start, 100) and 0.0099 < first["p50"] < 0.0135
+    assert second["count"] == 100 and 0.019 < second["p50"] < 0.027 and 0.019 < second["p99"] < 0.027
+    history.add(0.5, now=start + SLOT_SECONDS * SLOTS)  # lands in the first slot's place, ten minutes on
+    assert [p["t"] for p in history.series(now=start + SLOT_SECONDS * SLOTS)] == [start + SLOT_SECONDS,
+                                                                                  start + SLOT_SECONDS * SLOTS]
+
+
+def test_the_command_log_keeps_the_last_commands_of_each_sandbox() -> None:
+    log = CommandLog()
+    for n in range(COMMANDS_PER_SANDBOX + 10):
+        log.add("sb-1", "alice", f"echo {n}", 0, 0.001)
+    log.add("sb-2", "bob", "x" * 5000, None, 1.0)
+    assert [entry["command"] for entry in log.tail("sb-1")] == [f"echo {n}" for n in range(10, COMMANDS_PER_SANDBOX + 10)]
+    assert len(log.tail("sb-2")[0]["command"]) == 1000
+    log.keep_only({"sb-2"})
+    assert log.tail("sb-1") == [] and len(log.tail("sb-2")) == 1
