@@ -12,13 +12,14 @@ from starlette.types import ASGIApp
 from rollbox._version import __version__
 from rollbox.errors import RollboxError
 from rollbox.node import Node
-from rollbox.server import openapi, resources, sandboxes
+from rollbox.server import e2b, openapi, resources, sandboxes
 from rollbox.server.auth import ClusterSecret, Tenants
 from rollbox.server.dashboard import routes as dashboard
 from rollbox.server.limits import BodyLimit
 from rollbox.server.metrics import Metrics
 from rollbox.server.responses import error_response, json_response
 from rollbox.server.routing import Routes
+from rollbox.server.volumes import add_routes as add_volume_routes
 
 log = logging.getLogger("rollbox.server")
 
@@ -37,6 +38,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     routes = Routes(ClusterSecret(cluster_secret) if cluster_secret is not None else Tenants(tokens, admins))
     sandboxes.add_routes(routes, node, metrics)
     resources.add_routes(routes, node)
+    add_volume_routes(routes, node)
     dashboard.add_routes(routes, node, metrics)
 
     @routes.add("GET", "/healthz", auth=False)
@@ -56,7 +58,10 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
         """This document."""
         return schema
 
-    return BodyLimit(routes.app(_failure(metrics), _settle_collector), max_body)
+    app: ASGIApp = routes.app(_failure(metrics), _settle_collector)
+    if cluster_secret is None:  # E2B's SDK, unmodified, on the router (docs/compat-e2b.md)
+        app = e2b.Facade(app, node, tokens, admins)
+    return BodyLimit(app, max_body)
 
 
 def _settle_collector() -> None:

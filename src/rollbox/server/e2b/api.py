@@ -1,0 +1,209 @@
+"""E2B's REST API for sandboxes (create, list, get, kill, timeout, pause, connect, fork, metrics), over a `Node`.
+
+An E2B template name is a rollbox warm pool of that name when there is one (so creation is a warm claim),
+else a template. E2B's sandbox `timeout` is the claim's `shutdown_after`, its `metadata` the claim's labels,
+its `envVars` the claim's environment. Errors answer `{"code": <status>, "message"}`, the shape the SDK reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from rollbox.errors import NodeLost, NotFound, RollboxError, SandboxNotRunning, UnprocessableBody
+from rollbox.models import MAX_FORK, ClaimRequest, SandboxInfo
+from rollbox.node import Node
+from rollbox.server.e2b.access import Access
+
+log = logging.getLogger("rollbox.server.e2b")
+
+ENVD_VERSION = "0.6.4"
+"""The daemon version the SDK is told: the newest whose features it gates on (stdin, octet-stream uploads)."""
+CLIENT_ID = "rollbox"
+DEFAULT_TIMEOUT = 300
+"""E2B's default sandbox timeout, in seconds: a sandbox created without one is deleted after it."""
+NEVER = "9999-12-31T23:59:59Z"
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class NewSandbox(Body):
+    template_id: str = Field(alias="templateID", min_length=1)
+    timeout: int = Field(DEFAULT_TIMEOUT, ge=1)
+    metadata: dict[str, str] | None = None
+    env_vars: dict[str, str] | None = Field(None, alias="envVars")
+
+
+class Timeout(Body):
+    timeout: int = Field(ge=1)
+
+
+class ConnectSandbox(Body):
+    timeout: int | None = Field(None, ge=1)
+
+
+class Fork(Body):
+    count: int = Field(1, ge=1, le=MAX_FORK)
+
+
+BodyT = TypeVar("BodyT", bound=Body)
+Handler = Callable[[Request, str], Awaitable[Response]]
+
+
+def routes(node: Node, access: Access, extend: Callable[[str, str, float], Awaitable[SandboxInfo]] | None
+           ) -> list[Route]:
+    """The REST routes; `extend(tenant, sandbox_id, seconds)` moves a sandbox's end (None: the node cannot)."""
+
+    def api(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request, access.tenant(request.headers.get("x-api-key")))
+            except RollboxError as error:
+                if error.status >= 500:
+                    log.error("E2B API call failed", exc_info=error)
+                status = 404 if isinstance(error, NodeLost) else error.status
+                return JSONResponse({"code": status, "message": str(error)}, status)
+        return endpoint
+
+    def created(tenant: str, info: SandboxInfo) -> dict[str, Any]:
+        return {"templateID": info.warmpool or info.template, "sandboxID": info.id, "clientID": CLIENT_ID,
+                "alias": info.warmpool or info.template, "envdVersion": ENVD_VERSION,
+                "envdAccessToken": access.token(tenant, info.id), "domain": None}
+
+    def listed(info: SandboxInfo) -> dict[str, Any]:
+        return {"templateID": info.warmpool or info.template, "alias": info.warmpool or info.template,
+                "sandboxID": info.id, "clientID": CLIENT_ID, "startedAt": _iso(info.created_at),
+                "endAt": _iso(info.expires_at) if info.expires_at else NEVER, "cpuCount": 0, "memoryMB": 0,
+                "diskSizeMB": 0, "state": "paused" if info.state == "paused" else "running",
+                "envdVersion": ENVD_VERSION, "metadata": info.labels}
+
+    async def claim(tenant: str, name: str, **options: Any) -> SandboxInfo:
+        try:
+            return await node.claim(tenant, ClaimRequest(warmpool=name, **options))
+        except NotFound as error:
+            if type(error) is not NotFound:  # the pool exists; its template or a snapshot does not
+                raise
+        return await node.claim(tenant, ClaimRequest(template=name, **options))
+
+    async def create(request: Request, tenant: str) -> Response:
+        body = await _parse(request, NewSandbox)
+        info = await claim(tenant, body.template_id, shutdown_after=body.timeout, env=body.env_vars or None,
+                           labels=body.metadata or None)
+        return JSONResponse(created(tenant, info), 201)
+
+    async def list_sandboxes(request: Request, tenant: str) -> Response:
+        query = request.query_params
+        states = set(filter(None, query.get("state", "").split(","))) or {"running", "paused"}
+        wanted = dict(parse_qsl(query.get("metadata", "")))
+        template = query.get("template")
+        infos = [info for info in await node.claims(tenant)
+                 if ("paused" if info.state == "paused" else "running") in states
+                 and all(info.labels.get(key) == value for key, value in wanted.items())
+                 and template in (None, info.template, info.warmpool)]
+        if query.get("order") == "desc":
+            infos.reverse()
+        start = int(query["nextToken"]) if query.get("nextToken", "").isdigit() else 0
+        limit = int(query["limit"]) if query.get("limit", "").isdigit() and int(query["limit"]) > 0 else len(infos)
+        page = infos[start:start + limit]
+        headers = {"X-Next-Token": str(start + limit)} if start + limit < len(infos) else {}
+        return JSONResponse([listed(info) for info in page], headers=headers)
+
+    async def get_sandbox(request: Request, tenant: str) -> Response:
+        info = await node.get(tenant, request.path_params["sandbox_id"])
+        detail = {**listed(info), "envdAccessToken": access.token(tenant, info.id), "domain": None}
+        with contextlib.suppress(NotFound):  # the template is gone: leave its sizes out
+            limits = (await node.template(info.template)).spec.get("limits", {})
+            detail.update(cpuCount=max(1, round(float(limits.get("cpu", 1)))),
+                          memoryMB=_megabytes(limits.get("memory")), diskSizeMB=_megabytes(limits.get("disk")))
+        return JSONResponse(detail)
+
+    async def kill(request: Request, tenant: str) -> Response:
+        await node.delete(tenant, request.path_params["sandbox_id"])
+        return Response(status_code=204)
+
+    async def set_timeout(request: Request, tenant: str) -> Response:
+        body = await _parse(request, Timeout)
+        sandbox_id = request.path_params["sandbox_id"]
+        if extend is None:
+            await node.get(tenant, sandbox_id)
+            return JSONResponse({"code": 501, "message": "this server cannot change a sandbox's timeout"}, 501)
+        await extend(tenant, sandbox_id, body.timeout)
+        return Response(status_code=204)
+
+    async def pause(request: Request, tenant: str) -> Response:
+        sandbox_id = request.path_params["sandbox_id"]
+        if (await node.get(tenant, sandbox_id)).state == "paused":
+            return JSONResponse({"code": 409, "message": f"sandbox {sandbox_id} is already paused"}, 409)
+        await node.pause(tenant, sandbox_id)
+        return Response(status_code=204)
+
+    async def connect(request: Request, tenant: str) -> Response:
+        body = await _parse(request, ConnectSandbox)
+        sandbox_id = request.path_params["sandbox_id"]
+        info = await node.get(tenant, sandbox_id)
+        resumed = info.state == "paused"
+        if resumed:
+            info = await node.resume(tenant, sandbox_id)
+        if info.state == "stopped":
+            raise SandboxNotRunning(f"sandbox {sandbox_id} stopped: kill it and create another")
+        if body.timeout and extend is not None and (info.expires_at or 0) < time.time() + body.timeout:
+            info = await extend(tenant, sandbox_id, body.timeout)
+        return JSONResponse(created(tenant, info), 201 if resumed else 200)
+
+    async def fork(request: Request, tenant: str) -> Response:
+        body = await _parse(request, Fork)
+        children = await node.fork(tenant, request.path_params["sandbox_id"], body.count)
+        return JSONResponse([{"sandbox": created(tenant, child)} for child in children], 201)
+
+    async def metrics(request: Request, tenant: str) -> Response:
+        stats = await node.stats(tenant, request.path_params["sandbox_id"])
+        return JSONResponse([{"timestamp": _iso(time.time()), "timestampUnix": int(time.time()), "cpuCount": 0,
+                              "cpuUsedPct": 0.0, "memUsed": stats.memory_bytes, "memTotal": stats.memory_peak_bytes,
+                              "memCache": 0, "diskUsed": stats.disk_bytes, "diskTotal": stats.disk_bytes}])
+
+    one = "/sandboxes/{sandbox_id}"
+    return [
+        Route("/sandboxes", api(create), methods=["POST"]),
+        Route("/v2/sandboxes", api(create), methods=["POST"]),
+        Route("/sandboxes", api(list_sandboxes), methods=["GET"]),
+        Route("/v2/sandboxes", api(list_sandboxes), methods=["GET"]),
+        Route(one, api(get_sandbox), methods=["GET"]),
+        Route(one, api(kill), methods=["DELETE"]),
+        Route(f"{one}/timeout", api(set_timeout), methods=["POST"]),
+        Route(f"{one}/pause", api(pause), methods=["POST"]),
+        Route(f"{one}/resume", api(connect), methods=["POST"]),
+        Route(f"{one}/connect", api(connect), methods=["POST"]),
+        Route(f"/v2{one}/connect", api(connect), methods=["POST"]),
+        Route(f"{one}/fork", api(fork), methods=["POST"]),
+        Route(f"{one}/metrics", api(metrics), methods=["GET"]),
+    ]
+
+
+async def _parse(request: Request, model: type[BodyT]) -> BodyT:
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(p) for p in item['loc']) or 'body'}: {item['msg']}"
+                             for item in error.errors())
+        raise UnprocessableBody(f"invalid request: {problems}") from None
+
+
+def _megabytes(value: Any) -> int:
+    return int(value) // 2**20 if isinstance(value, int | float) else 0
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
