@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from rollbox.cluster.placement import claim_order, pool_shares, split
+from rollbox.cluster.placement import claim_order, fair_totals, pool_shares, split
 from rollbox.cluster.view import NodeState
 
 
@@ -60,9 +60,19 @@ def test_pool_shares_give_each_pool_in_name_order_the_room_the_ones_before_left(
     nodes = [node("alpha", 16), node("beta", 8)]
     assert pool_shares({"zz-overflow": 100, "rl-python": 8}, nodes) == {
         "rl-python": {"alpha": 5, "beta": 3}, "zz-overflow": {"alpha": 11, "beta": 5}}
-    assert pool_shares({"a": 24, "b": 4}, nodes) == {"a": {"alpha": 16, "beta": 8}, "b": {"alpha": 0, "beta": 0}}
+    assert pool_shares({"b": 4, "c": 4}, nodes) == {"b": {"alpha": 3, "beta": 1}, "c": {"alpha": 3, "beta": 1}}
     assert pool_shares({}, nodes) == {}
     assert pool_shares({"rl-python": 8}, []) == {"rl-python": {}}
+
+
+def test_pools_short_of_room_share_it_fairly_whatever_their_names() -> None:
+    nodes = [node("alpha", 16), node("beta", 8)]
+    # the first pool by name could take the whole room: the smaller one still gets all it asks
+    assert pool_shares({"a": 24, "b": 4}, nodes) == {"a": {"alpha": 13, "beta": 7}, "b": {"alpha": 3, "beta": 1}}
+    assert fair_totals({"a": 100, "b": 100, "c": 2}, 24) == {"c": 2, "a": 11, "b": 11}
+    assert fair_totals({"a": 100, "b": 100, "c": 100}, 10) == {"a": 3, "b": 3, "c": 4}
+    assert fair_totals({"a": 5, "b": 7}, 24) == {"a": 5, "b": 7}
+    assert fair_totals({"a": 5, "b": -1}, 0) == {"a": 0, "b": 0}
 
 
 def test_pool_shares_ignore_claims_so_the_split_stays_put_while_they_come_and_go() -> None:

@@ -24,16 +24,29 @@ def split(total: int, rooms: Mapping[str, int]) -> dict[str, int]:
 
 
 def pool_shares(pools: Mapping[str, int], nodes: Iterable[NodeState]) -> dict[str, dict[str, int]]:
-    """Each pool's replicas per node (pool name to node name to replicas): pools in name order, each spread by
-    the room the pools before it left (a node's max_sandboxes less their shares). Claims do not count: the
-    split stays put while they come and go, and a node's pools refill as its claims end."""
+    """Each pool's replicas per node (pool name to node name to replicas): each pool's total (`fair_totals`),
+    spread in name order by the room the pools before it left (a node's max_sandboxes less their shares). Claims
+    do not count: the split stays put while they come and go, and a node's pools refill as its claims end."""
     rooms = {node.name: node.max_sandboxes for node in nodes}
+    totals = fair_totals(pools, sum(max(room, 0) for room in rooms.values()))
     shares: dict[str, dict[str, int]] = {}
-    for pool, total in sorted(pools.items()):
+    for pool, total in sorted(totals.items()):
         shares[pool] = split(total, rooms)
         for name, share in shares[pool].items():
             rooms[name] -= share
     return shares
+
+
+def fair_totals(pools: Mapping[str, int], room: int) -> dict[str, int]:
+    """Each pool's replicas, all of them when `room` holds every pool's; otherwise shared max-min fairly: the
+    smaller pools get all they ask, the larger ones equal parts of what is left, so that no pool goes without
+    because a larger one came first."""
+    totals = {}
+    asks = sorted(((max(replicas, 0), name) for name, replicas in pools.items()))
+    for i, (replicas, name) in enumerate(asks):
+        totals[name] = min(replicas, max(room, 0) // (len(asks) - i))
+        room -= totals[name]
+    return totals
 
 
 def claim_order(nodes: Iterable[NodeState], warmpool: str | None, ready: Mapping[tuple[str, str], int]) -> list[str]:
