@@ -35,6 +35,10 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"
 WAIT = 15.0
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "console_errors(*texts): console errors the test expects (else they fail it)")
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server on a loopback port, with the RL example's template and warm pool applied."""
@@ -80,7 +84,8 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
         with contextlib.suppress(Exception):
             tab.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
         tab.close()
-    allowed = getattr(request.node, "allowed_console_errors", ())
+    marker = request.node.get_closest_marker("console_errors")
+    allowed = marker.args if marker else ()
     unexpected = [error for error in errors if not any(pattern in error for pattern in allowed)]
     assert not unexpected, f"the page logged errors: {unexpected}"
 

@@ -15,7 +15,7 @@ const state = { token: sessionStorage.getItem(TOKEN_KEY), generation: 0, page: 0
 class Unauthorized extends Error {}
 
 async function api(path) {
-  const headers = state.token ? { Authorization: `Bearer ${state.token}` } : {};
+  const headers = { Authorization: `Bearer ${state.token}` };
   const answer = await fetch(path, { headers, cache: "no-store", credentials: "omit" });
   if (answer.status === 401) throw new Unauthorized((await answer.json()).error.message);
   if (!answer.ok) throw new Error(`${path}: ${answer.status}`);
@@ -177,10 +177,9 @@ async function poll(generation) {
       byId("updated").classList.remove("error");
     } catch (error) {
       if (error instanceof Unauthorized) {
-        const refused = state.token; // a token the server did not take, rather than none given yet
         sessionStorage.removeItem(TOKEN_KEY);
         state.token = null;
-        showSignIn(refused ? error.message : "");
+        showSignIn(error.message);
         return;
       }
       setText(byId("updated"), `no answer: ${error.message}`);
@@ -191,10 +190,11 @@ async function poll(generation) {
 }
 
 function start() {
+  if (!state.token) { showSignIn(""); return; }
   state.generation += 1;
   byId("sign-in").hidden = true;
   byId("fleet").hidden = !byId("trajectories").hidden;
-  byId("sign-out").hidden = !state.token;
+  byId("sign-out").hidden = false;
   poll(state.generation);
 }
 
