@@ -1,0 +1,184 @@
+"""E2B's SDK, unmodified, against a real `rollbox serve`: the calls as a user writes them, sync and async.
+
+One server and one warm pool serve the module; the SDK finds them through its own settings (E2B_API_URL,
+E2B_SANDBOX_URL, E2B_API_KEY), with a rollbox token as the API key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from e2b import (
+    AsyncSandbox,
+    AuthenticationException,
+    CommandExitException,
+    Sandbox,
+    SandboxException,
+    SandboxNotFoundException,
+    SandboxNotRunningException,
+    SandboxState,
+    TimeoutException,
+)
+
+from rollbox.client import SandboxClient
+from rollbox.engine import Engine
+from tests.support.cluster import Process, wait_for
+from tests.support.engines import teardown_engine
+from tests.support.servers import TEMPLATE, TOKENS
+
+POOL = """\
+apiVersion: rollbox.dev/v1alpha1
+kind: SandboxWarmPool
+metadata: {name: e2b-pool}
+spec:
+  sandboxTemplateRef: {name: basic}
+  replicas: 2
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A `rollbox serve` on a loopback port with two tenants, `basic` and a warm pool of it; the SDK's settings
+    point at it for the module."""
+    root = tmp_path_factory.mktemp("e2b")
+    data_dir = root / "data"
+    tokens = [arg for tenant, token in TOKENS.items() for arg in ("--token", f"{tenant}={token}")]
+    process = Process(["serve", "--data-dir", str(data_dir), *tokens, "--admin", "alice", "--delete-on-exit"],
+                      root / "serve.log")
+    saved = dict(os.environ)
+    try:
+        process.start()
+        with SandboxClient(process.url, token=TOKENS["alice"]) as client:
+            client.apply(TEMPLATE + "---\n" + POOL)
+            wait_for(lambda: client.get_warmpool("e2b-pool").ready == 2, "the warm pool fills")
+        os.environ.update(E2B_API_URL=process.url, E2B_SANDBOX_URL=process.url, E2B_API_KEY=TOKENS["alice"])
+        yield process.url
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        process.stop()
+        teardown_engine(Engine(data_dir))
+
+
+def test_a_sandbox_from_a_warm_pool_runs_commands_and_files_until_killed() -> None:
+    sandbox = Sandbox.create(template="e2b-pool", timeout=120, envs={"GREETING": "hello"}, metadata={"run": "7"})
+    seen: list[str] = []
+    result = sandbox.commands.run("echo $GREETING $EXTRA; echo oops >&2; pwd", envs={"EXTRA": "there"}, cwd="/tmp",
+                                  on_stdout=seen.append, on_stderr=seen.append)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "hello there\n/tmp\n", "oops\n")
+    assert "".join(seen).count("oops") == 1 and "hello there" in "".join(seen)
+
+    sandbox.files.write("/tmp/work/notes.txt", "first\n")
+    sandbox.files.write_files([{"path": "/tmp/work/a.bin", "data": b"\x00\x01"},
+                               {"path": "/tmp/work/b.txt", "data": "b"}])
+    assert sandbox.files.read("/tmp/work/notes.txt") == "first\n"
+    assert sandbox.files.read("/tmp/work/a.bin", format="bytes") == b"\x00\x01"
+    assert sorted(entry.name for entry in sandbox.files.list("/tmp/work")) == ["a.bin", "b.txt", "notes.txt"]
+    assert sandbox.files.exists("/tmp/work/b.txt") and not sandbox.files.exists("/tmp/work/none")
+    assert sandbox.files.make_dir("/tmp/work/sub") and not sandbox.files.make_dir("/tmp/work/sub")
+    assert sandbox.files.rename("/tmp/work/b.txt", "/tmp/work/sub/c.txt").path == "/tmp/work/sub/c.txt"
+    assert sandbox.commands.run("cat /tmp/work/sub/c.txt").stdout == "b"
+    sandbox.files.remove("/tmp/work")
+    assert not sandbox.files.exists("/tmp/work")
+    assert sandbox.commands.run("cat /opt/data/file").stdout == "baseline\n"  # the template's files
+
+    info = sandbox.get_info()
+    assert (info.sandbox_id, info.template_id, info.metadata, info.state) == (
+        sandbox.sandbox_id, "e2b-pool", {"run": "7"}, SandboxState.RUNNING)
+    assert sandbox.sandbox_id in [found.sandbox_id for found in Sandbox.list().next_items()]
+    assert sandbox.is_running()
+
+    assert sandbox.kill()
+    assert sandbox.sandbox_id not in [found.sandbox_id for found in Sandbox.list().next_items()]
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.commands.run("true")
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.connect(sandbox.sandbox_id)
+    with pytest.raises(SandboxNotFoundException):
+        sandbox.get_info()
+    assert not sandbox.is_running()
+
+
+def test_a_template_without_a_pool_starts_cold() -> None:
+    with Sandbox.create(template="basic") as sandbox:
+        assert sandbox.commands.run("cat /opt/data/file").stdout == "baseline\n"
+        assert sandbox.get_info().template_id == "basic"
+
+
+def test_errors_come_in_the_sdks_exceptions() -> None:
+    with pytest.raises(SandboxException) as unknown:
+        Sandbox.create(template="no-such-template")
+    assert unknown.value.status_code == 404
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(template="e2b-pool", api_key="not-a-token")
+
+    with Sandbox.create(template="e2b-pool") as sandbox:
+        with pytest.raises(CommandExitException) as failed:
+            sandbox.commands.run("echo partial; echo broken >&2; exit 3")
+        assert (failed.value.exit_code, failed.value.stdout, failed.value.stderr) == (3, "partial\n", "broken\n")
+        with pytest.raises(TimeoutException):
+            sandbox.commands.run("sleep 30", timeout=1)
+        assert sandbox.commands.run("echo still here").stdout == "still here\n"
+
+        # another tenant's sandbox is not there for bob
+        with pytest.raises(SandboxNotFoundException):
+            Sandbox.connect(sandbox.sandbox_id, api_key=TOKENS["bob"])
+        assert sandbox.sandbox_id not in [s.sandbox_id for s in Sandbox.list(api_key=TOKENS["bob"]).next_items()]
+        assert not Sandbox.kill(sandbox.sandbox_id, api_key=TOKENS["bob"])
+        assert sandbox.commands.run("true").exit_code == 0
+
+
+def test_the_daemon_opens_a_sandbox_only_with_its_own_access_token() -> None:
+    with Sandbox.create(template="e2b-pool") as mine, \
+            Sandbox.create(template="e2b-pool", api_key=TOKENS["bob"]) as theirs:
+        url = os.environ["E2B_SANDBOX_URL"]
+        headers = {"E2b-Sandbox-Id": theirs.sandbox_id, "X-Access-Token": mine._envd_access_token or ""}
+        answer = httpx.get(f"{url}/files", params={"path": "/opt/data/file"}, headers=headers)
+        assert answer.status_code == 502 and "was not found" in answer.json()["message"]
+        assert httpx.get(f"{url}/health", headers=headers).status_code == 502
+        forged = {**headers, "X-Access-Token": f"bob:{'0' * 64}"}
+        assert httpx.get(f"{url}/health", headers=forged).status_code == 502
+        assert theirs.files.read("/opt/data/file") == "baseline\n"
+
+
+def test_pause_connect_and_fork() -> None:
+    sandbox = Sandbox.create(template="e2b-pool")
+    try:
+        sandbox.files.write("/tmp/state", "kept")
+        assert sandbox.pause()
+        assert sandbox.get_info().state == SandboxState.PAUSED
+        assert not sandbox.pause()  # already paused
+        resumed = Sandbox.connect(sandbox.sandbox_id)
+        assert resumed.get_info().state == SandboxState.RUNNING
+        assert resumed.commands.run("cat /tmp/state").stdout == "kept"
+
+        children = sandbox.fork(count=2)
+        assert len(children) == 2
+        for child in children:
+            assert isinstance(child, Sandbox) and child.sandbox_id != sandbox.sandbox_id
+            assert child.commands.run("cat /tmp/state").stdout == "kept"
+            child.kill()
+    finally:
+        sandbox.kill()
+
+
+@pytest.mark.anyio
+async def test_async_sandbox() -> None:
+    sandbox = await AsyncSandbox.create(template="e2b-pool", envs={"WHO": "async"})
+    try:
+        seen: list[str] = []
+        result = await sandbox.commands.run("echo $WHO", on_stdout=seen.append)
+        assert result.stdout == "async\n" and "".join(seen) == "async\n"
+        await sandbox.files.write("/tmp/async/a.txt", "data")
+        assert await sandbox.files.read("/tmp/async/a.txt") == "data"
+        assert [entry.name for entry in await sandbox.files.list("/tmp/async")] == ["a.txt"]
+        with pytest.raises(CommandExitException):
+            await sandbox.commands.run("exit 1")
+        assert (await sandbox.get_info()).sandbox_id == sandbox.sandbox_id
+    finally:
+        await sandbox.kill()
+    with pytest.raises(SandboxNotFoundException):
+        await AsyncSandbox.connect(sandbox.sandbox_id)
