@@ -20,7 +20,8 @@ rollbox's own (a proxy's 502).
     │   ├── TemplateNotFound (404 template_not_found)
     │   ├── SnapshotNotFound (404 snapshot_not_found)
     │   ├── VolumeNotFound (404 volume_not_found)
-    │   └── FileNotFound (404 file_not_found)
+    │   ├── FileNotFound (404 file_not_found)
+    │   └── ProcessNotFound (404 process_not_found)    no such background process in the sandbox
     ├── Conflict (409 conflict)
     │   ├── SandboxNotRunning (409 sandbox_not_running)
     │   └── VolumeInUse (409 volume_in_use)             mounted read-write elsewhere, or mounted at all on delete
@@ -52,6 +53,7 @@ __all__ = [
     "NodeLost",
     "NodeUnavailable",
     "NotFound",
+    "ProcessNotFound",
     "RollboxError",
     "RuntimeUnavailable",
     "SandboxNotFound",
@@ -143,6 +145,10 @@ class SnapshotNotFound(NotFound):
 
 class FileNotFound(NotFound):
     code = "file_not_found"
+
+
+class ProcessNotFound(NotFound):
+    code = "process_not_found"
 
 
 class Conflict(RollboxError):

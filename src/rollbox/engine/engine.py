@@ -30,6 +30,7 @@ from rollbox.engine.files import ContainerFiles
 from rollbox.engine.launcher import Launcher
 from rollbox.engine.layers import UPPER_PREFIX, LayerStore
 from rollbox.engine.network import Networks
+from rollbox.engine.processes import ContainerProcesses
 from rollbox.engine.runtimes import Runtime
 from rollbox.engine.store import ContainerRecord, Image, Store
 from rollbox.engine.templates import Templates
@@ -343,6 +344,12 @@ class Engine:
         files = ContainerFiles(str(self.launcher.rootfs(record.id)), record.home, record.uid, record.gid,
                                Limits(**record.limits).upload)
         return volumes.MountedFiles(files, self.volumes, record.volumes) if record.volumes else files  # type: ignore[return-value]
+
+    def processes(self, container_id: str) -> ContainerProcesses:
+        """The container's background processes, terminals and shell sessions."""
+        record = self._record(container_id)
+        return ContainerProcesses(self.launcher.agent_client(record),
+                                  lambda command, **options: self._agent_request(container_id, command, **options)[1])
 
     def stats(self, container_id: str) -> SandboxStats:
         return self.launcher.stats(self._record(container_id))

@@ -16,11 +16,13 @@ from rollbox.errors import RuntimeUnavailable
 
 SOURCE = Path(__file__).with_name("agent.c")
 COMPAT_SOURCE = Path(__file__).with_name("compat.c")
+AGENT_PARTS = (Path(__file__).with_name("processes.c"),)
+"""Files agent.c includes: a change to one builds the agent again."""
 
 
 def agent_binary(cache_dir: Path) -> Path:
     """Returns the path of the compiled agent, compiling it into `cache_dir` if needed."""
-    return _compile(SOURCE, cache_dir, "agent", ["-static"])
+    return _compile(SOURCE, cache_dir, "agent", ["-static"], AGENT_PARTS)
 
 
 def compat_library(cache_dir: Path) -> Path:
@@ -28,8 +30,8 @@ def compat_library(cache_dir: Path) -> Path:
     return _compile(COMPAT_SOURCE, cache_dir, "compat.so", ["-shared", "-fPIC"])
 
 
-def _compile(source_path: Path, cache_dir: Path, name: str, flags: list[str]) -> Path:
-    source = source_path.read_bytes()
+def _compile(source_path: Path, cache_dir: Path, name: str, flags: list[str], parts: tuple[Path, ...] = ()) -> Path:
+    source = b"".join(path.read_bytes() for path in (source_path, *parts))
     target = cache_dir / f"{hashlib.sha256(source).hexdigest()[:16]}-{name}"
     if target.exists():
         return target

@@ -11,6 +11,7 @@
  *                  l output cap per stream | i stdin bytes | c close stdin | s signal | x run | P ping
  *                  I isolated: run in a throw-away copy of the sandbox (see isolate() below)
  *   agent -> host  p pid | o stdout | r stderr | z "exit signal timed_out out_trunc err_trunc" | P pong
+ * Background processes (B, L, A), which outlive their connection, are described in processes.c.
  * Closing the connection before the command ends kills the command's process tree.
  */
 #define _GNU_SOURCE
@@ -67,6 +68,8 @@ struct request {
     size_t stdin_len, stdin_off;
     int stdin_close;
     int isolated;
+    char *background, *tag; /* processes.c */
+    int pty, rows, cols, shell;
 };
 
 static void die(const char *what) {
@@ -104,6 +107,11 @@ static int read_all(int fd, void *buf, size_t len) {
     while (len > 0) {
         ssize_t n = read(fd, p, len);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) { /* a background process's clients are non-blocking */
+            struct pollfd r = {.fd = fd, .events = POLLIN};
+            if (poll(&r, 1, 1000) <= 0) return -1;
+            continue;
+        }
         if (n <= 0) return -1;
         p += n;
         len -= (size_t)n;
@@ -310,6 +318,7 @@ static void exec_command(struct request *rq, int in, int out, int err, int repor
     dup2(in, 0);
     dup2(out, 1);
     dup2(err, 2);
+    if (rq->pty) ioctl(0, TIOCSCTTY, 0);
     int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (adj >= 0) {
         write_all(adj, "1000", 4);
@@ -619,6 +628,8 @@ static void run_request(int conn, struct request *rq, int sigfd) {
     }
 }
 
+#include "processes.c"
+
 static void handle(int conn, int sigfd) {
     struct request rq = {0};
     rq.out_cap = 1LL << 60;
@@ -641,6 +652,18 @@ static void handle(int conn, int sigfd) {
         case 'i': append_stdin(&rq, data, len); break;
         case 'c': rq.stdin_close = 1; break;
         case 'I': rq.isolated = 1; break;
+        case 'B': rq.background = data; continue;
+        case 'n': rq.tag = data; continue;
+        case 'T': rq.pty = sscanf(data, "%d %d", &rq.rows, &rq.cols) == 2; break;
+        case 'S': rq.shell = 1; break;
+        case 'L':
+            list_procs(conn);
+            free(data);
+            return;
+        case 'A':
+            attach_proc(conn, data);
+            free(data);
+            return;
         case 'x':
             free(data);
             if (rq.argc == 0) {
@@ -648,7 +671,8 @@ static void handle(int conn, int sigfd) {
                 send_frame(conn, 'z', "126 0 0 0 0", 11);
                 return;
             }
-            run_request(conn, &rq, sigfd);
+            if (rq.background) run_background(conn, &rq, sigfd);
+            else run_request(conn, &rq, sigfd);
             return;
         }
         free(data);
@@ -709,10 +733,11 @@ int main(int argc, char **argv) {
     sigprocmask(SIG_BLOCK, &chld, NULL);
     int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd < 0) die("signalfd");
+    registry_open();
 
     for (;;) {
-        struct pollfd fds[2] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}};
-        if (poll(fds, 2, -1) < 0) {
+        struct pollfd fds[3] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}, {registry[0], POLLIN, 0}};
+        if (poll(fds, 3, -1) < 0) {
             if (errno == EINTR) continue;
             die("poll");
         }
@@ -720,18 +745,20 @@ int main(int argc, char **argv) {
             struct signalfd_siginfo info;
             while (read(sigfd, &info, sizeof info) > 0) {
             }
-            while (waitpid(-1, NULL, WNOHANG) > 0) {
-            }
+            pid_t reaped;
+            while ((reaped = waitpid(-1, NULL, WNOHANG)) > 0) proc_reaped(reaped);
         }
+        registry_drain();
         if (!(fds[0].revents & POLLIN)) continue;
         int conn;
-        while ((conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+        while (registry_drain(), (conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
             pid_t handler = fork();
             if (handler == 0) {
                 /* A signalfd reports the signals of the process that created it (under gVisor
                  * too), so each handler makes its own to hear about its command's exit. */
                 close(listener);
                 close(sigfd);
+                close(registry[0]);
                 int own = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
                 if (own < 0) die("signalfd");
                 handle(conn, own);

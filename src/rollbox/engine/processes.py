@@ -1,0 +1,342 @@
+"""A container's background processes, terminals and shell sessions, through its exec agent.
+
+The agent keeps each background process's output in the sandbox (`agent/processes.c` has the wire format),
+so the host holds nothing between calls: every operation is one short connection, and a stream of events
+reads the agent's socket only as fast as its consumer takes events, so a reader that stops leaves the
+output to the agent's bounded ring, never to the host's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import secrets
+import shlex
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+from rollbox.engine.agent_client import _HEADER, CONNECT_TIMEOUT, AgentClient, AgentRequest, _frame, _lost
+from rollbox.errors import CapacityExceeded, Conflict, InvalidRequest, ProcessNotFound, RollboxError
+from rollbox.models import ExecResult, ProcessControl, ProcessEvent, ProcessInfo, ProcessRequest, ShellCommand
+
+BuildRequest = Callable[..., AgentRequest]
+"""Makes the agent's request for a command from a caller's options (`Engine._agent_request`, bound)."""
+PTY_TERM = "xterm-256color"
+SHELL = "if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; else exec /bin/sh; fi"
+"""A shell session runs bash where the sandbox has it, else /bin/sh."""
+ANSWER_TIMEOUT = 30.0
+"""Seconds to wait for the agent to answer an operation (not a stream) before it counts as lost."""
+INTERRUPT_GRACE = 1.0
+"""Seconds a shell command has to end after its interrupt (SIGINT) before it is killed."""
+KILL_GRACE = 10.0
+"""Seconds a killed shell command has to be reported before the shell counts as stuck."""
+
+
+def _line(kind: bytes, text: str | int) -> bytes:
+    return _frame(kind, str(text).encode())
+
+
+def _error(message: str, process_id: str) -> RollboxError:
+    if message == "no such process":
+        return ProcessNotFound(f"process {process_id!r} does not exist in this sandbox (ended and forgotten, or "
+                               "its sandbox was reset)")
+    if message.startswith("process id"):
+        return InvalidRequest(message)
+    if "exists" in message:
+        return Conflict(message)
+    return CapacityExceeded(message)
+
+
+def _info(payload: bytes) -> ProcessInfo:
+    fields = payload.split(b"\0")[:-1]
+    text = [f.decode(errors="replace") for f in fields]
+    pid, running, code, sig, timed_out, pty, shell, started = (int(x) for x in text[1:9])
+    return ProcessInfo(
+        id=text[0], pid=pid, running=bool(running), exit_code=None if running or timed_out else code, signal=sig,
+        timed_out=bool(timed_out), pty=bool(pty), shell=bool(shell), started_at=started / 1000,
+        cwd=text[9] or None, tag=text[10] or None, command=text[11:],
+    )
+
+
+@dataclass
+class _Connection:
+    """One connection to the agent, read frame by frame."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    process_id: str
+
+    async def send(self, *frames: bytes) -> None:
+        self.writer.write(b"".join(frames))
+        await self.writer.drain()
+
+    async def frame(self) -> tuple[bytes, bytes]:
+        kind, length = _HEADER.unpack(await self.reader.readexactly(5))
+        payload = await self.reader.readexactly(length) if length else b""
+        if kind == b"E":
+            raise _error(payload.decode(errors="replace"), self.process_id)
+        return kind, payload
+
+    async def acknowledged(self) -> tuple[int, int]:
+        """Waits for the answer to a batch, skipping output: (pid, offset)."""
+        while True:
+            kind, payload = await self.frame()
+            if kind == b"k":
+                pid, offset = payload.split()
+                return int(pid), int(offset)
+
+
+class ContainerProcesses:
+    """The background processes of one container."""
+
+    def __init__(self, agent: AgentClient, build: BuildRequest) -> None:
+        self._agent = agent
+        self._build = build
+
+    async def _connect(self, process_id: str = "") -> _Connection:
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                reader, writer = await asyncio.open_unix_connection(self._agent.socket_path, limit=1 << 20)
+        except (OSError, TimeoutError):
+            raise _lost(self._agent.container_id) from None
+        return _Connection(reader, writer, process_id)
+
+    async def _exchange(self, process_id: str, frames: Sequence[bytes], until: bytes) -> list[tuple[bytes, bytes]]:
+        """Sends `frames` on a new connection and reads the answer up to a frame of kind `until`."""
+        connection = await self._connect(process_id)
+        try:
+            async with asyncio.timeout(ANSWER_TIMEOUT):
+                await connection.send(*frames)
+                answer = []
+                while True:
+                    kind, payload = await connection.frame()
+                    answer.append((kind, payload))
+                    if kind == until:
+                        return answer
+        except (OSError, asyncio.IncompleteReadError, TimeoutError):
+            raise _lost(self._agent.container_id) from None
+        finally:
+            connection.writer.close()
+
+    async def start(self, request: ProcessRequest, *, env: dict[str, str] | None = None, shell: bool = False
+                    ) -> ProcessInfo:
+        """Starts `request` in the background; `env` is its whole extra environment (the claim's and the request's)."""
+        if isinstance(request.command, list) and not request.command:
+            raise InvalidRequest("the command is empty")
+        if request.pty:
+            env = {"TERM": PTY_TERM, **(env or {})}
+        agent_request = self._build(request.command, timeout=request.timeout, env=env, cwd=request.cwd,
+                                    user=request.user, stdin=request.stdin, output_limit=request.output_limit,
+                                    isolated=False)
+        process_id = secrets.token_hex(6)
+        frames = [_frame(b"B", process_id.encode()), *_request_frames(agent_request)]
+        if not request.close_stdin:
+            frames = [f for f in frames if f != _frame(b"c", b"")]
+        if request.pty:
+            frames.append(_line(b"T", f"{request.pty.rows} {request.pty.cols}"))
+        if request.tag:
+            frames.append(_frame(b"n", request.tag.encode()))
+        if shell:
+            frames.append(_frame(b"S", b""))
+        frames.append(_frame(b"x", b""))
+        (_, payload), = await self._exchange(process_id, frames, b"q")
+        return _info(payload)
+
+    async def start_shell(self, *, env: dict[str, str] | None, cwd: str | None, user: str | None,
+                          shell: str | None) -> ProcessInfo:
+        command = [shell] if shell else ["/bin/sh", "-c", SHELL]
+        return await self.start(ProcessRequest(command=command, cwd=cwd, user=user), env=env, shell=True)
+
+    async def list(self) -> list[ProcessInfo]:
+        answer = await self._exchange("", [_frame(b"L", b"")], b"k")
+        return [_info(payload) for kind, payload in answer if kind == b"q"]
+
+    async def get(self, process_id: str) -> ProcessInfo:
+        for info in await self.list():
+            if info.id == process_id:
+                return info
+        raise _error("no such process", process_id)
+
+    async def control(self, process_id: str, request: ProcessControl) -> None:
+        frames = [_frame(b"A", process_id.encode())]
+        if request.stdin:
+            frames.append(_frame(b"i", request.stdin.encode()))
+        if request.close_stdin:
+            frames.append(_frame(b"c", b""))
+        if request.resize:
+            frames.append(_line(b"w", f"{request.resize.rows} {request.resize.cols}"))
+        if request.signal:
+            frames.append(_line(b"s", request.signal))
+        await self._exchange(process_id, [*frames, _frame(b"x", b"")], b"k")
+
+    async def delete(self, process_id: str) -> None:
+        """Kills the process and everything it started, and forgets it."""
+        await self._exchange(process_id, [_frame(b"A", process_id.encode()), _frame(b"K", b""), _frame(b"x", b"")],
+                             b"k")
+
+    async def events(self, process_id: str, offset: int | None = 0) -> AsyncIterator[ProcessEvent]:
+        """The process's output from `offset` (None: from now) as it comes, then its end."""
+        connection = await self._connect(process_id)
+        try:
+            try:
+                async with asyncio.timeout(ANSWER_TIMEOUT):
+                    await connection.send(_frame(b"A", process_id.encode()),
+                                          _line(b"f", -1 if offset is None else offset), _frame(b"x", b""))
+                    pid, start = await connection.acknowledged()
+            except (OSError, asyncio.IncompleteReadError, TimeoutError):
+                raise _lost(self._agent.container_id) from None
+            yield ProcessEvent(type="start", pid=pid, offset=start)
+            async for event in _output(connection, start):
+                yield event
+        finally:
+            connection.writer.close()
+
+    async def run_in_shell(self, process_id: str, command: ShellCommand, output_limit: int) -> ExecResult:
+        """Runs one command in a shell session (see `ShellRun`)."""
+        connection = await self._connect(process_id)
+        try:
+            return await ShellRun(connection, command, command.output_limit or output_limit).run()
+        except (OSError, asyncio.IncompleteReadError):
+            raise _lost(self._agent.container_id) from None
+        finally:
+            connection.writer.close()
+
+
+def _request_frames(request: AgentRequest) -> list[bytes]:
+    """The frames of `request` without its final run frame."""
+    encoded = request.encode()
+    frames, at = [], 0
+    while at < len(encoded):
+        _, length = _HEADER.unpack_from(encoded, at)
+        frames.append(encoded[at:at + 5 + length])
+        at += 5 + length
+    return frames[:-1]
+
+
+async def _output(connection: _Connection, offset: int) -> AsyncIterator[ProcessEvent]:
+    """Output frames as events (text decoded across chunk boundaries), then the end."""
+    decoders = {b"o": codecs.getincrementaldecoder("utf-8")("replace"),
+                b"r": codecs.getincrementaldecoder("utf-8")("replace")}
+    while True:
+        try:
+            kind, payload = await connection.frame()
+        except (OSError, asyncio.IncompleteReadError):
+            yield ProcessEvent(type="error", code="sandbox_not_running",
+                               message="the sandbox's agent went away (reset, deleted or stopped)")
+            return
+        if kind in decoders:
+            offset += len(payload)
+            yield ProcessEvent(type="stdout" if kind == b"o" else "stderr", data=decoders[kind].decode(payload),
+                               offset=offset)
+        elif kind == b"g":
+            offset = int(payload)
+            yield ProcessEvent(type="gap", offset=offset)
+        elif kind == b"z":
+            code, sig, timed_out, out_dropped, err_dropped = (int(x) for x in payload.split())
+            yield ProcessEvent(type="end", offset=offset, result=ExecResult(
+                exit_code=None if timed_out else code, signal=sig, timed_out=bool(timed_out),
+                stdout_truncated=bool(out_dropped), stderr_truncated=bool(err_dropped)))
+            return
+
+
+class _Kept:
+    """One stream of a shell command: the first `limit` bytes, and a tail in which to look for its marker."""
+
+    def __init__(self, marker: bytes, limit: int) -> None:
+        self.marker = marker
+        self.limit = limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.end: int | None = None
+        """Where the marker starts, once seen; what follows it up to its closing byte is its payload."""
+        self.payload = b""
+
+    def feed(self, data: bytes) -> None:
+        if self.end is not None:
+            return
+        if len(self.head) < self.limit:
+            self.head += data[:self.limit - len(self.head)]
+        self.tail += data
+        self.total += len(data)
+        at = self.tail.find(self.marker)
+        if at >= 0:
+            close = self.tail.find(b"\x1e", at + len(self.marker))
+            if close >= 0:
+                self.end = self.total - len(self.tail) + at
+                self.payload = bytes(self.tail[at + len(self.marker):close])
+                return
+            return  # the marker's payload is still coming: keep the tail whole
+        keep = len(self.marker) + 32
+        del self.tail[:-keep]
+
+    @property
+    def text(self) -> str:
+        end = self.total if self.end is None else self.end
+        return bytes(self.head[:end]).decode(errors="replace")
+
+    @property
+    def truncated(self) -> bool:
+        return (self.total if self.end is None else self.end) > self.limit
+
+
+class ShellRun:
+    """One command in a shell session, SWE-agent style: written to the shell's stdin, with markers printed
+    after it on stdout (with its exit status) and on stderr, which end its output.
+
+    The command runs through `eval` (a syntax error fails the command, not the session) with stdin from
+    /dev/null (it cannot eat the commands that follow). Its timeout interrupts everything the shell
+    started (SIGINT, then SIGKILL) and never the shell, whose directory, variables and functions stay.
+    """
+
+    def __init__(self, connection: _Connection, command: ShellCommand, output_limit: int) -> None:
+        self.connection = connection
+        self.command = command
+        nonce = secrets.token_hex(8)
+        self.out = _Kept(f"\x1e{nonce}:".encode(), output_limit)
+        self.err = _Kept(f"\x1e{nonce}:".encode(), output_limit)
+        self.script = (f"eval {shlex.quote(command.command)} </dev/null\n"
+                       f"printf '\\036{nonce}:%d\\036' \"$?\"; printf '\\036{nonce}:\\036' >&2\n")
+        self.ended: ExecResult | None = None
+
+    async def run(self) -> ExecResult:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        connection = self.connection
+        async with asyncio.timeout(ANSWER_TIMEOUT):
+            await connection.send(_frame(b"A", connection.process_id.encode()), _line(b"f", -1),
+                                  _frame(b"x", b""))
+            await connection.acknowledged()
+            await connection.send(_frame(b"i", self.script.encode()), _frame(b"x", b""))
+        timed_out = False
+        if not await self._until_markers(self.command.timeout):
+            timed_out = True
+            for signal, grace in ((2, INTERRUPT_GRACE), (9, KILL_GRACE)):
+                await connection.send(_line(b"S", signal), _frame(b"x", b""))
+                if await self._until_markers(grace):
+                    break
+            else:
+                raise Conflict(f"shell session {connection.process_id}: the command did not end when killed; "
+                               "delete the session and start a new one")
+        status = self.out.payload.decode()
+        return ExecResult(
+            exit_code=None if timed_out else int(status), stdout=self.out.text, stderr=self.err.text,
+            timed_out=timed_out, stdout_truncated=self.out.truncated, stderr_truncated=self.err.truncated,
+            duration_ms=(loop.time() - started) * 1000)
+
+    async def _until_markers(self, timeout: float | None) -> bool:
+        """Reads output until both markers came (True) or `timeout` passed (False)."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self.out.end is None or self.err.end is None:
+                    kind, payload = await self.connection.frame()
+                    if kind == b"o":
+                        self.out.feed(payload)
+                    elif kind == b"r":
+                        self.err.feed(payload)
+                    elif kind == b"z":
+                        raise Conflict(f"shell session {self.connection.process_id} ended (its shell exited): "
+                                       "start a new one")
+        except TimeoutError:
+            return False
+        return True
