@@ -35,6 +35,8 @@ from rollbox.models import (
     SnapshotInfo,
     SnapshotRequest,
     TemplateInfo,
+    VolumeInfo,
+    VolumeRequest,
     WarmPoolInfo,
 )
 
@@ -412,3 +414,25 @@ def download_dir(sandbox_id: str, remote_dir: str, local_dir: str | os.PathLike[
 
 def download_archive(sandbox_id: str, remote_dir: str) -> Call[bytes]:
     return _get(_sandbox(sandbox_id, "/files/archive"), _content, {"path": remote_dir})
+
+
+# -- volumes (docs/volumes.md) ----------------------------------------------------------------------
+
+_VOLUME = _json(TypeAdapter(VolumeInfo))
+_VOLUMES = _json(TypeAdapter(list[VolumeInfo]))
+
+
+def create_volume(name: str, size: int | str) -> Call[VolumeInfo]:
+    return _post("/v1/volumes", _VOLUME, _body(VolumeRequest, name=name, size=size))
+
+
+def list_volumes() -> Call[list[VolumeInfo]]:
+    return _get("/v1/volumes", _VOLUMES)
+
+
+def get_volume(name: str) -> Call[VolumeInfo]:
+    return _get(f"/v1/volumes/{_name(name)}", _VOLUME)
+
+
+def delete_volume(name: str) -> Call[None]:
+    return _delete(f"/v1/volumes/{_name(name)}")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from rollbox.models import ApplyEvent
+from rollbox.spec import VolumeMount
 
 OutputCallback = Callable[[str], None]
 ProgressCallback = Callable[[ApplyEvent], None]
@@ -29,6 +30,8 @@ class ClaimOptions(TypedDict, total=False):
     """Seconds without calls after which the sandbox is paused."""
     env: dict[str, str] | None
     labels: dict[str, str] | None
+    volumes: list[VolumeMount | dict[str, Any]] | None
+    """Named volumes to mount: `{"name", "mount_path", "read_only"?, "size"?}` each (docs/volumes.md)."""
 
 
 class ExecOptions(TypedDict, total=False):

@@ -10,11 +10,12 @@ from typing import Any, TypeVar, Unpack
 
 import httpx
 
-from rollbox import errors
+from rollbox import errors, tracing
 from rollbox.client import _calls as calls
 from rollbox.client._exchange import Exchange
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
+from rollbox.client._traced import traced
 from rollbox.client._transport import PoolTransport
 from rollbox.models import (
     ApplyEvent,
@@ -109,6 +110,12 @@ class AsyncSandboxClient:
     # -- transport ---------------------------------------------------------------------------
 
     async def _send(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
+        if tracing.on:
+            with traced(call) as call:
+                return await self._deliver(call)
+        return await self._deliver(call)
+
+    async def _deliver(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
         exchange = self._exchange
         try:
             if isinstance(call, calls.StreamCall):

@@ -9,7 +9,7 @@ from typing import TypeVar, Unpack
 
 import httpx
 
-from rollbox import errors
+from rollbox import errors, tracing
 from rollbox.client import _calls as calls
 from rollbox.client._http import (
     DEFAULT_TIMEOUT,
@@ -21,6 +21,7 @@ from rollbox.client._http import (
     error_from,
 )
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
+from rollbox.client._traced import traced
 from rollbox.models import (
     ApplyEvent,
     ExecResult,
@@ -103,6 +104,12 @@ class SandboxClient:
     # -- transport ---------------------------------------------------------------------------
 
     def _send(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
+        if tracing.on:
+            with traced(call) as call:
+                return self._deliver(call)
+        return self._deliver(call)
+
+    def _deliver(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
         if isinstance(call, calls.StreamCall):
             return self._stream(call)
         for delay in RETRY_DELAYS if call.idempotent else ():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from rollbox import tracing
 from rollbox.client import _calls as calls
 from rollbox.client._exchange import Exchange
 from rollbox.client._http import Settings
@@ -59,6 +60,8 @@ class RemoteNode:
         headers = self._tenants.get(tenant)
         if headers is None:
             headers = self._tenants[tenant] = {TENANT_HEADER: tenant}
+        if tracing.on:  # the node agent's spans are children of the router's
+            call = tracing.propagated(call)
         if isinstance(call, calls.StreamCall):
             return await self._exchange.streamed(call, headers)
         return call.parse(await self._exchange.whole(call, headers))

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from rollbox import tracing
 from rollbox.errors import SandboxNotRunning
 from rollbox.models import ExecResult
 
@@ -77,6 +78,8 @@ class _Collector:
         self.err: list[bytes] = []
         self.callbacks = {b"o": on_stdout, b"r": on_stderr}
         self.started = time.perf_counter()
+        self.spawned: int | None = None
+        """When the agent said the command had started (time.time_ns()), for tracing's split of exec time."""
         self.result: ExecResult | None = None
 
     def feed(self, kind: bytes, payload: bytes) -> None:
@@ -97,6 +100,8 @@ class _Collector:
                 stderr_truncated=bool(err_trunc),
                 duration_ms=(time.perf_counter() - self.started) * 1000,
             )
+        elif kind == b"p":
+            self.spawned = time.time_ns()
 
 
 def _lost(container_id: str) -> SandboxNotRunning:
@@ -168,6 +173,7 @@ class AgentClient:
         on_stderr: OutputCallback | None = None,
     ) -> ExecResult:
         collector = _Collector(on_stdout, on_stderr)
+        connecting = time.time_ns()
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
@@ -184,6 +190,8 @@ class AgentClient:
             raise _lost(self.container_id) from None
         finally:
             writer.close()
+        if tracing.on:
+            tracing.exec_phases(connecting, collector.spawned, time.time_ns())
         return collector.result
 
 

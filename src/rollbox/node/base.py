@@ -27,6 +27,8 @@ from rollbox.models import (
     ShellRequest,
     SnapshotInfo,
     TemplateInfo,
+    VolumeInfo,
+    VolumeRequest,
     WarmPoolInfo,
 )
 from rollbox.spec import Resource
@@ -88,6 +90,14 @@ class Node(Protocol):
     async def snapshot(self, tenant: str, sandbox_id: str, name: str) -> SnapshotInfo: ...
     async def snapshots(self, tenant: str) -> list[SnapshotInfo]: ...
     async def delete_snapshot(self, tenant: str, name: str) -> None: ...
+
+    # -- volumes (docs/volumes.md) ----------------------------------------------------------
+    async def create_volume(self, tenant: str, request: VolumeRequest) -> VolumeInfo:
+        """A named volume of `request.size` bytes; a claim mounts it with `ClaimRequest.volumes`."""
+    async def volumes(self, tenant: str) -> list[VolumeInfo]: ...
+    async def volume(self, tenant: str, name: str) -> VolumeInfo: ...
+    async def delete_volume(self, tenant: str, name: str) -> None:
+        """Deletes a volume no sandbox mounts (409 `volume_in_use` otherwise), with its image."""
 
     # -- operations -------------------------------------------------------------------------
     async def health(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pydantic_core
 
@@ -41,6 +42,8 @@ class Claim:
     labels: dict[str, str] = field(default_factory=dict)
     parent: str | None = None
     """The sandbox id this one was forked from."""
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    """The named volumes it mounts (`VolumeMount`s as JSON), held for it whatever container serves it."""
     paused: str | None = None
     """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does)."""
     last_used: float = 0.0
@@ -54,7 +57,8 @@ class Claim:
         return SandboxInfo(id=self.sandbox_id, template=self.template, warmpool=self.warmpool, tenant=self.tenant,
                            state="paused" if self.paused else "running", created_at=self.created_at,
                            expires_at=self.expires_at, idle_pause_after=self.idle_pause_after,
-                           snapshot=self.snapshot, parent=self.parent, labels=self.labels)
+                           snapshot=self.snapshot, parent=self.parent, labels=self.labels,
+                           volumes=self.volumes)  # type: ignore[arg-type]
 
     def to_json(self) -> str:
         """The stored record, written with pydantic-core (faster than json.dumps; json reads it back)."""

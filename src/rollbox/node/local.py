@@ -41,6 +41,8 @@ from rollbox.models import (
     SandboxStats,
     SnapshotInfo,
     TemplateInfo,
+    VolumeInfo,
+    VolumeRequest,
     WarmPoolInfo,
 )
 from rollbox.node.base import FileOp, OutputCallback
@@ -52,6 +54,7 @@ from rollbox.node.recovery import recover
 from rollbox.node.resources import Resources
 from rollbox.node.store import NodeStore, snapshot_key
 from rollbox.node.sweeper import Sweeper
+from rollbox.node.volumes import NodeVolumes, read_only
 from rollbox.node.writer import ClaimWriter
 from rollbox.spec import Metadata, Resource
 
@@ -83,7 +86,9 @@ class LocalNode:
         self.resources = Resources(engine, self.store, self.capacity, self.deletions, cold_starts)
         self._writer = ClaimWriter(self.store)
         self.costs = CostMeters(engine, self._busy, self.closed)
+        self.node_volumes = NodeVolumes(engine)
         recover(self)
+        self.node_volumes.adopt(self.claimed.values())
         for recovered in list(self.claimed.values()):  # accounted from now: what they used before is unknown
             self.costs.open(recovered.sandbox_id, recovered.container_id)
         self._sweeper = Sweeper(self, tick)
@@ -91,6 +96,7 @@ class LocalNode:
     # -- resources --------------------------------------------------------------------------
 
     async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+        self.node_volumes.forget_templates()
         return await self.resources.apply(resource, progress)
 
     async def templates(self) -> list[TemplateInfo]:
@@ -101,6 +107,7 @@ class LocalNode:
 
     async def delete_template(self, name: str) -> None:
         await self.resources.delete_template(name)
+        self.node_volumes.forget_templates()
 
     async def warmpools(self) -> list[WarmPoolInfo]:
         return await self.resources.warmpools()
@@ -118,19 +125,24 @@ class LocalNode:
         self.deletions.last_claim = time.monotonic()
         template = self.resources.template_for(request)
         snapshot = snapshot_key(tenant, request.snapshot) if request.snapshot else None
+        sandbox_id = self._new_id()
+        volumes = self.node_volumes.mounts_for(template, snapshot, request.volumes)
+        if volumes:  # held before the container starts: a second writer is refused at once
+            await to_thread.run_sync(self.node_volumes.reserve, tenant, sandbox_id, volumes)
         self.capacity.take_quota(tenant, 1)
         try:
-            warm = None if snapshot else self.resources.take_warm(template, request.warmpool)
-            container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot)
+            warm = None if snapshot or volumes else self.resources.take_warm(template, request.warmpool)
+            container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot,
+                                                            self.node_volumes.engine_mounts(tenant, volumes))
             try:
                 now = time.time()
                 claim = Claim(
-                    sandbox_id=self._new_id(), tenant=tenant, container_id=container_id, created_at=now,
+                    sandbox_id=sandbox_id, tenant=tenant, container_id=container_id, created_at=now,
                     template=template or self.engine.info(container_id).template, warmpool=request.warmpool,
                     snapshot=request.snapshot, shutdown_after=request.shutdown_after,
                     expires_at=now + request.shutdown_after if request.shutdown_after else None,
                     idle_pause_after=request.idle_pause_after, env=request.env or {}, labels=request.labels or {},
-                    last_used=time.monotonic(),
+                    last_used=time.monotonic(), volumes=volumes,
                 )
                 await self._writer.put(claim)
             except BaseException:
@@ -138,6 +150,7 @@ class LocalNode:
                 raise
         except BaseException:
             self.capacity.give_quota(tenant, 1)
+            self.node_volumes.release(sandbox_id)
             raise
         with self.lock:
             self.claimed[claim.sandbox_id] = claim
@@ -204,6 +217,7 @@ class LocalNode:
                 return False
         self.capacity.give_quota(claim.tenant, 1)
         self.costs.close(claim.sandbox_id, claim.tenant)
+        self.node_volumes.release(claim.sandbox_id)
         return True
 
     def _busy(self, sandbox_id: str) -> bool:
@@ -273,9 +287,10 @@ class LocalNode:
     def _reset(self, claim: Claim) -> SandboxInfo:
         with self._using(claim), self._holding(claim):
             snapshot = snapshot_key(claim.tenant, claim.snapshot) if claim.snapshot else None
-            warm = None if snapshot else self.resources.take_warm(claim.template, claim.warmpool)
+            warm = None if snapshot or claim.volumes else self.resources.take_warm(claim.template, claim.warmpool)
             try:
-                container_id = warm or self.resources.start_cold(claim.template, snapshot)
+                mounts = self.node_volumes.engine_mounts(claim.tenant, claim.volumes)
+                container_id = warm or self.resources.start_cold(claim.template, snapshot, mounts)
             except (CapacityExceeded, NotFound):
                 # No room for a second container, or its template or snapshot is gone: restart this one in place.
                 self._thaw(claim)
@@ -314,8 +329,10 @@ class LocalNode:
                 shutdown_after=parent.shutdown_after,
                 expires_at=now + parent.shutdown_after if parent.shutdown_after else None,
                 idle_pause_after=parent.idle_pause_after, env=dict(parent.env), labels=dict(parent.labels),
-                parent=parent.sandbox_id, last_used=idle_clock,
+                parent=parent.sandbox_id, last_used=idle_clock, volumes=read_only(parent.volumes),
             ) for container in containers]
+            for child in children:
+                self.node_volumes.hold(child.tenant, child.sandbox_id, child.volumes)
             self.store.put_claims([parent, *children])
             with self.lock:
                 self.claimed.update((child.sandbox_id, child) for child in children)
@@ -397,6 +414,20 @@ class LocalNode:
             raise SnapshotNotFound(f"snapshot {name!r} does not exist")
         await to_thread.run_sync(self.engine.delete_snapshot, snapshot_key(tenant, name))
         self.store.delete_snapshot(tenant, name)
+
+    # -- volumes (docs/volumes.md; the rules are rollbox.node.volumes') ----------------------------
+
+    async def create_volume(self, tenant: str, request: VolumeRequest) -> VolumeInfo:
+        return await to_thread.run_sync(self.node_volumes.create, tenant, request)
+
+    async def volumes(self, tenant: str) -> list[VolumeInfo]:
+        return await to_thread.run_sync(self.node_volumes.list, tenant)
+
+    async def volume(self, tenant: str, name: str) -> VolumeInfo:
+        return await to_thread.run_sync(self.node_volumes.get, tenant, name)
+
+    async def delete_volume(self, tenant: str, name: str) -> None:
+        await to_thread.run_sync(self.node_volumes.delete, tenant, name)
 
     # -- operations -------------------------------------------------------------------------
 

@@ -177,14 +177,16 @@ class Resources:
             raise InvalidRequest("give a template, a warm pool or a snapshot to create a sandbox from")
         return request.template
 
-    def start_cold(self, template: str | None, snapshot: str | None) -> str:
-        """Starts a container for a claim that found no warm one, at most `cold_starts` at a time."""
+    def start_cold(self, template: str | None, snapshot: str | None,
+                   volume_mounts: list[tuple[str, str, bool]] | None = None) -> str:
+        """Starts a container for a claim that found no warm one, at most `cold_starts` at a time (one with volumes
+        always starts so: a warm container's mounts were fixed as it started)."""
         if snapshot is None:
             self.engine.template(template)  # type: ignore[arg-type]  # an unknown one fails before taking room
         with self._cold_starts:
             self.make_room()
             try:
-                return self.engine.create(template, snapshot=snapshot).id
+                return self.engine.create(template, snapshot=snapshot, volume_mounts=volume_mounts or ()).id
             except BaseException:
                 self.capacity.release(1)
                 raise

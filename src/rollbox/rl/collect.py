@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rollbox import tracing
 from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import InvalidRequest, RollboxError
 from rollbox.rl.episode import CLAIM_GRACE, Episode, EpisodeLimits
@@ -89,6 +90,11 @@ class _Collector:
         self.finished: list[Trajectory] = []
 
     async def run_group(self, group: _Group) -> None:
+        with tracing.span("rollbox.rl.group", {"rollbox.rl.group": f"{self.tag}/{group.id}",
+                                               "rollbox.rl.task": group.task.id}):
+            await self._run_group(group)
+
+    async def _run_group(self, group: _Group) -> None:
         async with self.groups:
             try:
                 children, timings = await self._fork(group)
@@ -131,14 +137,17 @@ class _Collector:
             trajectory = self._trajectory(group, member, observation=episode.observation, **timings)
             observation = Observation(episode.observation, group.task, trajectory.episode_id, 0, trajectory.seed,
                                       metadata=trajectory.metadata)
-            try:
-                await self._play(episode, observation, trajectory)
-            except RollboxError as error:
-                trajectory.error = f"sandbox failed: {error}"
-            finally:
-                await _record_cost(sandbox, trajectory)
-                with contextlib.suppress(RollboxError):
-                    await sandbox.delete()
+            with tracing.span("rollbox.rl.episode", {"rollbox.rl.episode": trajectory.episode_id,
+                                                     "rollbox.rl.task": group.task.id,
+                                                     "rollbox.sandbox.id": sandbox.id}):
+                try:
+                    await self._play(episode, observation, trajectory)
+                except RollboxError as error:
+                    trajectory.error = f"sandbox failed: {error}"
+                finally:
+                    await _record_cost(sandbox, trajectory)
+                    with contextlib.suppress(RollboxError):
+                        await sandbox.delete()
             trajectory.wall_s = time.perf_counter() - started
             self._finish(trajectory)
 
@@ -183,12 +192,14 @@ async def _all(coroutines: Iterable[Coroutine[Any, Any, None]]) -> None:
 
 
 async def _record_cost(sandbox: AsyncSandbox, trajectory: Trajectory) -> None:
-    """CPU-seconds and peak memory from the router's stats call; left empty if the sandbox is already gone."""
+    """The claim's cost (docs/observability.md), read after the episode's last command and before its sandbox goes;
+    left empty if the sandbox is gone already."""
     try:
         stats = await sandbox.stats()
     except RollboxError:
         return
     trajectory.cpu_seconds, trajectory.memory_peak_bytes = stats.cpu_seconds, stats.memory_peak_bytes
+    trajectory.cost = stats.cost
 
 
 async def collect_async(policy: Policy, tasks: Sequence[Task], *, client: AsyncSandboxClient | None = None,

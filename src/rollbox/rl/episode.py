@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollbox import tracing
 from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import RollboxError
 from rollbox.models import ExecResult
@@ -110,6 +111,16 @@ class Episode:
         self.observation = intro(task)
 
     async def step(self, raw: Any) -> StepResult:
+        """One tool call; with tracing on, a span (`rollbox.rl.step`) whose children are its calls on the sandbox."""
+        if not tracing.on:
+            return await self._step(raw)
+        with tracing.span("rollbox.rl.step", {"rollbox.rl.task": self.task.id, "rollbox.rl.step": self.steps + 1,
+                                              "rollbox.sandbox.id": self.sandbox.id}) as span:
+            result = await self._step(raw)
+            span.set_attributes({"rollbox.rl.tool": result.info.get("tool", ""), "rollbox.rl.reward": result.reward})
+            return result
+
+    async def _step(self, raw: Any) -> StepResult:
         if self.done:
             raise InvalidAction("the episode is over: reset the environment to start another")
         started = time.perf_counter()

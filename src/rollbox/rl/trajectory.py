@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from rollbox.errors import InvalidRequest
+from rollbox.models import ClaimCost
 
 SCHEMA_VERSION = 1
 
@@ -59,6 +60,9 @@ class Trajectory(BaseModel):
     """Forking it into the group's members."""
     cpu_seconds: float | None = None
     memory_peak_bytes: int | None = None
+    cost: ClaimCost | None = None
+    """What the episode's claim used, from the claim to the last command: CPU-seconds, memory and disk GB-seconds,
+    wall time (docs/observability.md). The group's first member's claim also carries the group's setup and fork."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Whatever the policy recorded about the episode (e.g. the candidate it chose)."""
 

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from rollbox import tracing
 from rollbox.client import AsyncSandbox
 from rollbox.rl.tasks import HiddenTests, Task
 
@@ -79,6 +80,15 @@ def parse(stdout: str, nonce: str) -> tuple[dict[str, Outcome], str] | None:
 
 async def verify(sandbox: AsyncSandbox, task: Task) -> Verdict:
     """Runs the hidden tests in `sandbox` (which the agent can no longer use) and judges them."""
+    if not tracing.on:
+        return await _verify(sandbox, task)
+    with tracing.span("rollbox.rl.verify", {"rollbox.rl.task": task.id, "rollbox.sandbox.id": sandbox.id}) as span:
+        verdict = await _verify(sandbox, task)
+        span.set_attributes({"rollbox.rl.reward": verdict.reward, "rollbox.rl.resolved": verdict.resolved})
+        return verdict
+
+
+async def _verify(sandbox: AsyncSandbox, task: Task) -> Verdict:
     started = time.perf_counter()
     nonce = secrets.token_hex(16)
     tests = task.tests

@@ -19,6 +19,7 @@ from rollbox.server.limits import BodyLimit
 from rollbox.server.metrics import Metrics
 from rollbox.server.responses import error_response, json_response
 from rollbox.server.routing import Routes
+from rollbox.server.volumes import add_routes as add_volume_routes
 
 log = logging.getLogger("rollbox.server")
 
@@ -37,6 +38,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     routes = Routes(ClusterSecret(cluster_secret) if cluster_secret is not None else Tenants(tokens, admins))
     sandboxes.add_routes(routes, node, metrics)
     resources.add_routes(routes, node)
+    add_volume_routes(routes, node)
     dashboard.add_routes(routes, node, metrics)
 
     @routes.add("GET", "/healthz", auth=False)

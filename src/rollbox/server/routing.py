@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from rollbox.errors import MethodNotAllowed, NotFound, UnprocessableBody
 from rollbox.server.auth import ClusterSecret, Tenants
+from rollbox.server.tracing import traced_endpoint
 
 Handler = Callable[..., Awaitable[Response]]
 Endpoint = Callable[[Scope, Receive, dict[str, Any]], Awaitable[Response]]
@@ -89,7 +90,8 @@ class Routes:
 
     def app(self, fail: Callable[[Exception], Response], startup: Callable[[], None] = lambda: None) -> Router:
         """The ASGI app; `fail` turns whatever a request raised into its answer, `startup` runs as the server starts."""
-        return Router([(spec.method, spec.path, self._endpoint(spec)) for spec in self.specs], fail, startup)
+        return Router([(spec.method, spec.path, traced_endpoint(spec, self._endpoint(spec))) for spec in self.specs],
+                      fail, startup)
 
     def _endpoint(self, spec: RouteSpec) -> Endpoint:
         tenants, handler, body, query, auth, admin = (self.tenants, spec.handler, spec.body, spec.query, spec.auth,
