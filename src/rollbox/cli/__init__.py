@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from rollbox import errors
-from rollbox.cli import bench, cluster, demo, fusion, resources, sandboxes, serve, view
+from rollbox.cli import bench, cluster, demo, fusion, kubeconfig, resources, sandboxes, serve, view
 from rollbox.cli.arguments import UsageError, remote_options
 from rollbox.cli.output import err
 
@@ -39,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     sandboxes.add_commands(commands, remote)
     fusion.add_command(commands, remote)
     bench.add_command(commands, remote)
+    kubeconfig.add_command(commands, remote)
     demo.add_command(commands)
     view.add_command(commands)
     return rollbox

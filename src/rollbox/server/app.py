@@ -12,7 +12,7 @@ from starlette.types import ASGIApp
 from rollbox._version import __version__
 from rollbox.errors import RollboxError
 from rollbox.node import Node
-from rollbox.server import e2b, openapi, resources, sandboxes
+from rollbox.server import agent_sandbox, e2b, openapi, resources, sandboxes
 from rollbox.server.auth import ClusterSecret, Tenants
 from rollbox.server.dashboard import routes as dashboard
 from rollbox.server.limits import BodyLimit
@@ -40,6 +40,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     resources.add_routes(routes, node)
     add_volume_routes(routes, node)
     dashboard.add_routes(routes, node, metrics)
+    serve_agent_sandbox = agent_sandbox.add_routes(routes, node)  # its client, unmodified (docs/compat-agent-sandbox.md)
 
     @routes.add("GET", "/healthz", auth=False)
     async def healthz() -> Response:
@@ -61,6 +62,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     app: ASGIApp = routes.app(_failure(metrics), _settle_collector)
     if cluster_secret is None:  # E2B's SDK, unmodified, on the router (docs/compat-e2b.md)
         app = e2b.Facade(app, node, tokens, admins)
+        app = serve_agent_sandbox(app)
     return BodyLimit(app, max_body)
 
 

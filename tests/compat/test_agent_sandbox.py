@@ -1,0 +1,237 @@
+"""agent-sandbox's own Python client (`k8s-agent-sandbox`), unmodified, against a real `rollbox serve`.
+
+Written as a user of that client writes it: a kubeconfig from `rollbox kubeconfig`, a direct connection to the
+router, `create_sandbox(warmpool=...)`, commands, files; then what goes wrong (an unknown warm pool, a deleted
+sandbox, another tenant's claim, timeouts) raised as the client's own exceptions.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from k8s_agent_sandbox import (
+    AsyncSandboxClient,
+    SandboxClient,
+    SandboxNotFoundError,
+    SandboxRequestError,
+    SandboxWarmPoolNotFoundError,
+)
+from k8s_agent_sandbox.k8s_helper import K8sHelper
+from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
+from kubernetes import client as kube
+from kubernetes import config, watch
+from kubernetes_asyncio import config as async_config
+
+from rollbox.client import SandboxClient as RollboxClient
+from rollbox.engine import Engine
+from tests.support.engines import teardown_engine
+from tests.support.servers import wait_until_serving
+
+ROLLBOX = Path(sys.executable).parent / "rollbox"
+TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"}
+POOL = """\
+apiVersion: rollbox.dev/v1alpha1
+kind: SandboxTemplate
+metadata: {name: python-sandbox}
+spec:
+  steps:
+    - run: mkdir -p /opt/data && echo baseline > /opt/data/file
+---
+apiVersion: rollbox.dev/v1alpha1
+kind: SandboxWarmPool
+metadata: {name: python-pool}
+spec:
+  replicas: 2
+  sandboxTemplateRef: {name: python-sandbox}
+"""
+
+
+class Router:
+    """`rollbox serve` on a loopback port, with a kubeconfig for each tenant."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        tokens = [arg for tenant, token in TOKENS.items() for arg in ("--token", f"{tenant}={token}")]
+        self.process = subprocess.Popen([str(ROLLBOX), "serve", "--data-dir", str(root / "data"), "--port", str(port),
+                                         *tokens, "--admin", "alice", "--delete-on-exit"])
+        wait_until_serving(self.url, self.process)
+
+    def kubeconfig(self, tenant: str) -> str:
+        path = self.root / f"kubeconfig-{tenant}"
+        subprocess.run([str(ROLLBOX), "kubeconfig", "--url", self.url, "--token", TOKENS[tenant], "-o", str(path)],
+                       check=True, capture_output=True)
+        return str(path)
+
+    def connection(self, tenant: str) -> SandboxDirectConnectionConfig:
+        return SandboxDirectConnectionConfig(api_url=self.url,
+                                             extra_headers={"Authorization": f"Bearer {TOKENS[tenant]}"})
+
+    def client(self, tenant: str) -> SandboxClient:
+        """The client as a user makes it: the kubeconfig (or $KUBECONFIG), and the router's URL."""
+        return SandboxClient(connection_config=self.connection(tenant),
+                             api_client=config.new_client_from_config(self.kubeconfig(tenant)))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(60)
+        teardown_engine(Engine(self.root / "data"))
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
+    server = Router(tmp_path_factory.mktemp("agent-sandbox"))
+    try:
+        (server.root / "pool.yaml").write_text(POOL)
+        with RollboxClient(server.url, TOKENS["alice"]) as admin:
+            admin.apply(str(server.root / "pool.yaml"))
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def alice(router: Router) -> Iterator[SandboxClient]:
+    with router.client("alice") as client:
+        yield client
+
+
+def test_a_warm_sandbox_runs_commands_and_files(router: Router, alice: SandboxClient) -> None:
+    sandbox = alice.create_sandbox(warmpool="python-pool", labels={"team": "rl"}, shutdown_after_seconds=600,
+                                   env={"GREETING": "hello"})
+    assert sandbox.claim_name.startswith("sandbox-claim-") and sandbox.sandbox_id != sandbox.claim_name
+
+    result = sandbox.commands.run("echo $GREETING; cat /opt/data/file; echo oops >&2; exit 3", timeout=5)
+    assert (result.stdout, result.stderr, result.exit_code) == ("hello\nbaseline\n", "oops\n", 3)
+
+    sandbox.files.write("work/notes.txt", "line one\n")
+    sandbox.files.write("work/blob.bin", bytes(range(256)) * 4)
+    assert sandbox.files.read("work/notes.txt") == b"line one\n"
+    assert sandbox.files.read("work/blob.bin") == bytes(range(256)) * 4
+    assert {(entry.name, entry.type, entry.size) for entry in sandbox.files.list("work")} == {
+        ("notes.txt", "file", 9), ("blob.bin", "file", 1024)}
+    assert sandbox.files.exists("work/notes.txt") and not sandbox.files.exists("work/missing.txt")
+    assert sandbox.commands.run("cat work/notes.txt").stdout == "line one\n"
+
+    again = alice.get_sandbox(sandbox.claim_name)
+    assert again is sandbox
+    assert sandbox.claim_name in alice.list_all_sandboxes(label_selector="team=rl")
+    assert sandbox.claim_name not in alice.list_all_sandboxes(label_selector="team=other")
+    assert sandbox.status()[0] == "SandboxReady"
+
+    alice.delete_sandbox(sandbox.claim_name)
+    assert sandbox.claim_name not in alice.list_all_sandboxes()
+    with pytest.raises(SandboxNotFoundError):
+        alice.get_sandbox(sandbox.claim_name, resolve_timeout=2)
+
+
+def test_command_timeouts_kill_the_command(alice: SandboxClient) -> None:
+    sandbox = alice.create_sandbox(warmpool="python-pool")
+    result = sandbox.commands.run("echo started; sleep 30", command_timeout=0.5)
+    assert result.timed_out and result.exit_code == 124
+    with pytest.raises(SandboxRequestError) as raised:
+        sandbox.commands.run("sleep 30", timeout=1)
+    assert raised.value.status_code == 504
+    assert sandbox.commands.run("echo still here", timeout=5).stdout == "still here\n"
+    alice.delete_all()
+    assert alice.list_active_sandboxes() == []
+
+
+def test_an_unknown_warm_pool_raises_the_clients_error(alice: SandboxClient) -> None:
+    before = alice.list_all_sandboxes()
+    with pytest.raises(SandboxWarmPoolNotFoundError, match="no-such-pool"):
+        alice.create_sandbox(warmpool="no-such-pool", sandbox_ready_timeout=5)
+    assert alice.list_all_sandboxes() == before  # the client deleted the failed claim
+
+
+def test_a_deleted_sandbox_answers_not_found(router: Router, alice: SandboxClient) -> None:
+    sandbox = alice.create_sandbox(warmpool="python-pool")
+    other = router.client("alice")
+    stale = other.get_sandbox(sandbox.claim_name)
+    alice.delete_sandbox(sandbox.claim_name)
+    with pytest.raises(SandboxRequestError) as raised:
+        stale.commands.run("true")
+    assert raised.value.status_code == 404
+    with pytest.raises(SandboxRequestError) as raised:
+        stale.files.read("anything")
+    assert raised.value.status_code == 404
+
+
+def test_tenants_never_see_each_others_claims(router: Router, alice: SandboxClient) -> None:
+    sandbox = alice.create_sandbox(warmpool="python-pool")
+    bob = router.client("bob")
+    assert sandbox.claim_name not in bob.list_all_sandboxes()
+    with pytest.raises(SandboxNotFoundError):
+        bob.get_sandbox(sandbox.claim_name, resolve_timeout=2)
+    forged = bob.sandbox_class(
+        claim_name=sandbox.claim_name, sandbox_id=sandbox.sandbox_id, connection_config=router.connection("bob"),
+        k8s_helper=bob.k8s_helper)
+    with pytest.raises(SandboxRequestError) as raised:
+        forged.commands.run("true")
+    assert raised.value.status_code == 404
+    bob.delete_sandbox(sandbox.claim_name)  # a claim bob cannot see: nothing happens to it
+    assert sandbox.commands.run("echo mine").stdout == "mine\n"
+    alice.delete_sandbox(sandbox.claim_name)
+
+
+def test_a_watch_from_a_compacted_version_restarts(router: Router, alice: SandboxClient) -> None:
+    """The Kubernetes side directly: 410 Gone for a version from before the server started, as an ERROR event;
+    the client's own wait restarts from "0" and finds the claim."""
+    sandbox = alice.create_sandbox(warmpool="python-pool")
+    api_client = config.new_client_from_config(router.kubeconfig("alice"))
+    api = kube.CustomObjectsApi(api_client)
+    with pytest.raises(kube.ApiException) as gone:
+        for _ in watch.Watch().stream(api.list_namespaced_custom_object, "extensions.agents.x-k8s.io", "v1beta1",
+                                      "default", "sandboxclaims", resource_version="2", timeout_seconds=2):
+            pass
+    assert gone.value.status == 410
+    helper = K8sHelper(api_client)
+    assert helper.wait_for_claim_ready(sandbox.claim_name, "default", 10, resource_version="2") == sandbox.sandbox_id
+    claim = api.get_namespaced_custom_object("extensions.agents.x-k8s.io", "v1beta1", "default", "sandboxclaims",
+                                             sandbox.claim_name)
+    assert claim["status"]["sandbox"]["name"] == sandbox.sandbox_id
+    assert claim["metadata"]["labels"]["agents.x-k8s.io/created-by"] == "python-client"
+    listed = api.list_namespaced_custom_object("extensions.agents.x-k8s.io", "v1beta1", "default", "sandboxclaims",
+                                               field_selector=f"metadata.name={sandbox.claim_name}")
+    assert [item["metadata"]["name"] for item in listed["items"]] == [sandbox.claim_name]
+    with pytest.raises(kube.ApiException) as conflict:
+        api.create_namespaced_custom_object("extensions.agents.x-k8s.io", "v1beta1", "default", "sandboxclaims",
+                                            {"metadata": {"name": sandbox.claim_name},
+                                             "spec": {"warmPoolRef": {"name": "python-pool"}}})
+    assert conflict.value.status == 409
+    with pytest.raises(kube.ApiException) as invalid:
+        api.create_namespaced_custom_object("extensions.agents.x-k8s.io", "v1beta1", "default", "sandboxclaims",
+                                            {"metadata": {"name": "with-volumes"},
+                                             "spec": {"warmPoolRef": {"name": "python-pool"},
+                                                      "volumeClaimTemplates": [{"metadata": {"name": "v"}}]}})
+    assert invalid.value.status == 422 and "spec.volumeClaimTemplates" in invalid.value.body
+    alice.delete_sandbox(sandbox.claim_name)
+
+
+@pytest.mark.anyio
+async def test_the_async_client(router: Router) -> None:
+    api_client = await async_config.new_client_from_config(router.kubeconfig("alice"))
+    async with AsyncSandboxClient(connection_config=router.connection("alice"), cleanup=False,
+                                  api_client=api_client) as client:
+        sandbox = await client.create_sandbox(warmpool="python-pool", labels={"run": "async"})
+        result = await sandbox.commands.run("echo async", timeout=5)
+        assert (result.stdout, result.exit_code) == ("async\n", 0)
+        await sandbox.files.write("a.txt", b"A")
+        assert await sandbox.files.read("a.txt") == b"A"
+        assert [entry.name for entry in await sandbox.files.list(".") if entry.name == "a.txt"] == ["a.txt"]
+        assert await sandbox.files.exists("a.txt")
+        assert sandbox.claim_name in await client.list_all_sandboxes(label_selector="run=async")
+        assert (await client.get_sandbox(sandbox.claim_name)).sandbox_id == sandbox.sandbox_id
+        with pytest.raises(SandboxWarmPoolNotFoundError):
+            await client.create_sandbox(warmpool="no-such-pool", sandbox_ready_timeout=5)
+        await client.delete_sandbox(sandbox.claim_name)
+        assert sandbox.claim_name not in await client.list_all_sandboxes()
+    await api_client.close()  # the caller's to close, as the client documents
