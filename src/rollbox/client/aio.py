@@ -26,6 +26,7 @@ from rollbox.models import (
     SandboxStats,
     SnapshotInfo,
     TemplateInfo,
+    VolumeInfo,
     WarmPoolInfo,
 )
 
@@ -103,6 +104,19 @@ class AsyncSandboxClient:
 
     async def delete_snapshot(self, name: str) -> None:
         await self._send(calls.delete_snapshot(name))
+
+    async def create_volume(self, name: str, size: int | str) -> VolumeInfo:
+        """A named volume of `size` bytes (or `1Gi`) that outlives sandboxes (docs/volumes.md)."""
+        return await self._send(calls.create_volume(name, size))
+
+    async def list_volumes(self) -> list[VolumeInfo]:
+        return await self._send(calls.list_volumes())
+
+    async def get_volume(self, name: str) -> VolumeInfo:
+        return await self._send(calls.get_volume(name))
+
+    async def delete_volume(self, name: str) -> None:
+        await self._send(calls.delete_volume(name))
 
     async def health(self) -> Health:
         return await self._send(calls.health())

@@ -31,6 +31,7 @@ from rollbox.models import (
     SandboxStats,
     SnapshotInfo,
     TemplateInfo,
+    VolumeInfo,
     WarmPoolInfo,
 )
 
@@ -97,6 +98,20 @@ class SandboxClient:
 
     def delete_snapshot(self, name: str) -> None:
         self._send(calls.delete_snapshot(name))
+
+    def create_volume(self, name: str, size: int | str) -> VolumeInfo:
+        """A named volume of `size` bytes (or `1Gi`) that outlives sandboxes: `create_sandbox(volumes=[{"name":
+        name, "mount_path": "/workspace"}])` mounts it (docs/volumes.md)."""
+        return self._send(calls.create_volume(name, size))
+
+    def list_volumes(self) -> list[VolumeInfo]:
+        return self._send(calls.list_volumes())
+
+    def get_volume(self, name: str) -> VolumeInfo:
+        return self._send(calls.get_volume(name))
+
+    def delete_volume(self, name: str) -> None:
+        self._send(calls.delete_volume(name))
 
     def health(self) -> Health:
         return self._send(calls.health())
