@@ -71,6 +71,12 @@ class SnapshotRequest(Request):
     name: str
 
 
+class ShutdownAfterRequest(Request):
+    """Moves a sandbox's end: it is deleted `shutdown_after` seconds from now (E2B's `set_timeout`)."""
+
+    shutdown_after: PositiveSeconds
+
+
 class ApplyRequest(Request):
     documents: list[dict[str, Any]]
     context_dir: str | None = None

@@ -7,6 +7,7 @@ E2B_SANDBOX_URL, E2B_API_KEY), with a rollbox token as the API key.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -182,3 +183,14 @@ async def test_async_sandbox() -> None:
         await sandbox.kill()
     with pytest.raises(SandboxNotFoundException):
         await AsyncSandbox.connect(sandbox.sandbox_id)
+
+
+def test_set_timeout_moves_the_end() -> None:
+    sandbox = Sandbox.create(template="e2b-pool", timeout=600)
+    sandbox.set_timeout(2)
+    left = sandbox.get_info().end_at.timestamp() - time.time()
+    assert 0 < left <= 2.5
+    wait_for(lambda: sandbox.sandbox_id not in [s.sandbox_id for s in Sandbox.list().next_items()],
+             "the sandbox ends at its new timeout", timeout=15)
+    with pytest.raises(SandboxNotFoundException):
+        sandbox.set_timeout(10)

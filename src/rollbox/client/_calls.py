@@ -32,6 +32,7 @@ from rollbox.models import (
     Health,
     SandboxInfo,
     SandboxStats,
+    ShutdownAfterRequest,
     SnapshotInfo,
     SnapshotRequest,
     TemplateInfo,
@@ -319,6 +320,11 @@ def pause(sandbox_id: str) -> Call[SandboxInfo]:
 
 def resume(sandbox_id: str) -> Call[SandboxInfo]:
     return _post(_sandbox(sandbox_id, "/resume"), _SANDBOX)
+
+
+def set_shutdown_after(sandbox_id: str, seconds: float) -> Call[SandboxInfo]:
+    body = _dump(_body(ShutdownAfterRequest, shutdown_after=seconds))
+    return Call("PUT", _sandbox(sandbox_id, "/shutdown_after"), _SANDBOX, body=body, headers=JSON, idempotent=True)
 
 
 def stats(sandbox_id: str) -> Call[SandboxStats]:

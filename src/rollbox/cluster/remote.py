@@ -133,6 +133,9 @@ class RemoteNode:
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         return await self.send(tenant, calls.stats(sandbox_id))
 
+    async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
+        return await self.send(tenant, calls.set_shutdown_after(sandbox_id, seconds))
+
     # -- snapshots --------------------------------------------------------------------------
 
     async def snapshot(self, tenant: str, sandbox_id: str, name: str) -> SnapshotInfo:

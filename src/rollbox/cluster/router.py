@@ -206,6 +206,9 @@ class ClusterNode:
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         return await self._at(sandbox_id, lambda node: node.stats(tenant, sandbox_id))
 
+    async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
+        return await self._at(sandbox_id, lambda node: node.set_shutdown_after(tenant, sandbox_id, seconds))
+
     # -- snapshots --------------------------------------------------------------------------
 
     async def snapshot(self, tenant: str, sandbox_id: str, name: str) -> SnapshotInfo:

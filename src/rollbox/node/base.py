@@ -65,6 +65,8 @@ class Node(Protocol):
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         """What the sandbox uses now: memory (and its peak), CPU seconds, processes, disk."""
+    async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
+        """Deletes the sandbox `seconds` from now instead of when its claim said."""
 
     # -- processes (docs/processes.md) ------------------------------------------------------
     async def start_process(self, tenant: str, sandbox_id: str, request: ProcessRequest) -> ProcessInfo:

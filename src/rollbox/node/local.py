@@ -346,6 +346,12 @@ class LocalNode:
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await to_thread.run_sync(self._set_paused, self._get(tenant, sandbox_id), None)
 
+    async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
+        claim = self._get(tenant, sandbox_id)
+        claim.shutdown_after, claim.expires_at = seconds, time.time() + seconds
+        await self._writer.put(claim)
+        return claim.info()
+
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         claim = self._get(tenant, sandbox_id)
         with as_sandbox(claim):

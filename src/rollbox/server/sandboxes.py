@@ -17,6 +17,7 @@ from rollbox.models import (
     ForkRequest,
     SandboxInfo,
     SandboxStats,
+    ShutdownAfterRequest,
     SnapshotInfo,
     SnapshotRequest,
 )
@@ -83,6 +84,11 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
     async def resume_sandbox(tenant: str, sandbox_id: str) -> Response:
         """Thaws a paused sandbox."""
         return json_response(await node.resume(tenant, sandbox_id))
+
+    @add("PUT", "/v1/sandboxes/{sandbox_id}/shutdown_after", body=ShutdownAfterRequest, answer=SandboxInfo)
+    async def set_shutdown_after(tenant: str, sandbox_id: str, body: ShutdownAfterRequest) -> Response:
+        """Deletes the sandbox `shutdown_after` seconds from now."""
+        return json_response(await node.set_shutdown_after(tenant, sandbox_id, body.shutdown_after))
 
     # -- commands ---------------------------------------------------------------------------
 

@@ -7,12 +7,11 @@ rollbox API beneath it, so it serves over any `Node`: a local one or a cluster's
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
 from starlette.routing import Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rollbox.models import SandboxInfo
 from rollbox.node import Node
 from rollbox.server.e2b import api
 from rollbox.server.e2b.access import Access
@@ -29,8 +28,7 @@ class Facade:
     def __init__(self, app: ASGIApp, node: Node, tokens: dict[str, str] | None, admins: Iterable[str] = ()) -> None:
         self.app = app
         access = Access(tokens, admins)
-        extend: Callable[[str, str, float], Awaitable[SandboxInfo]] | None = getattr(node, "set_shutdown_after", None)
-        self.router = Router(api.routes(node, access, extend) + Daemon(node, access).routes())
+        self.router = Router(api.routes(node, access) + Daemon(node, access).routes())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and (scope["path"] in PATHS or scope["path"].startswith(PREFIXES)):

@@ -62,9 +62,8 @@ BodyT = TypeVar("BodyT", bound=Body)
 Handler = Callable[[Request, str], Awaitable[Response]]
 
 
-def routes(node: Node, access: Access, extend: Callable[[str, str, float], Awaitable[SandboxInfo]] | None
-           ) -> list[Route]:
-    """The REST routes; `extend(tenant, sandbox_id, seconds)` moves a sandbox's end (None: the node cannot)."""
+def routes(node: Node, access: Access) -> list[Route]:
+    """The REST routes."""
 
     def api(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -135,11 +134,7 @@ def routes(node: Node, access: Access, extend: Callable[[str, str, float], Await
 
     async def set_timeout(request: Request, tenant: str) -> Response:
         body = await _parse(request, Timeout)
-        sandbox_id = request.path_params["sandbox_id"]
-        if extend is None:
-            await node.get(tenant, sandbox_id)
-            return JSONResponse({"code": 501, "message": "this server cannot change a sandbox's timeout"}, 501)
-        await extend(tenant, sandbox_id, body.timeout)
+        await node.set_shutdown_after(tenant, request.path_params["sandbox_id"], body.timeout)
         return Response(status_code=204)
 
     async def pause(request: Request, tenant: str) -> Response:
@@ -158,8 +153,8 @@ def routes(node: Node, access: Access, extend: Callable[[str, str, float], Await
             info = await node.resume(tenant, sandbox_id)
         if info.state == "stopped":
             raise SandboxNotRunning(f"sandbox {sandbox_id} stopped: kill it and create another")
-        if body.timeout and extend is not None and (info.expires_at or 0) < time.time() + body.timeout:
-            info = await extend(tenant, sandbox_id, body.timeout)
+        if body.timeout and info.expires_at is not None and info.expires_at < time.time() + body.timeout:
+            info = await node.set_shutdown_after(tenant, sandbox_id, body.timeout)  # only ever later
         return JSONResponse(created(tenant, info), 201 if resumed else 200)
 
     async def fork(request: Request, tenant: str) -> Response:
