@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import time
@@ -22,9 +23,11 @@ from pathlib import Path
 from pydantic import BaseModel
 from rich.console import Console
 
+from rollbox import tracing
 from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandboxClient
 from rollbox.rl.collect import collect_async
+from rollbox.rl.cost import DEFAULT_PRICES, CostSummary, PriceTable, combine, load_prices, summarize
 from rollbox.rl.grpo import CandidatePolicy, grpo_update
 from rollbox.rl.tasks import Task, load_tasks
 from rollbox.rl.trajectory import Trajectory, read_trajectories, write_parquet
@@ -32,7 +35,8 @@ from rollbox.server.local import LocalServer
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox-rl")
-COLUMNS = ("iter", "episodes", "success", "reward", "P(fix)", "eps/s", "claim p50", "exec p50", "verify p50")
+COLUMNS = ("iter", "episodes", "success", "reward", "P(fix)", "eps/s", "claim p50", "exec p50", "verify p50",
+           "cost/episode")
 
 
 @dataclass
@@ -56,6 +60,8 @@ class TrainConfig:
     task_ids: Sequence[str] = field(default_factory=tuple)
     """Train on these tasks only (all when empty)."""
     progress: bool = True
+    prices: Path = DEFAULT_PRICES
+    """The price table (YAML, rollbox.rl.cost) that turns the episodes' cost into money."""
 
 
 class IterationStats(BaseModel):
@@ -72,6 +78,10 @@ class IterationStats(BaseModel):
     verify_p50_ms: float
     errors: int
     wall_s: float
+    cost: CostSummary
+    """The iteration's episodes' cost, summed, and its price."""
+    tasks: dict[str, CostSummary]
+    """The same per task."""
 
 
 class TrainReport(BaseModel):
@@ -80,6 +90,10 @@ class TrainReport(BaseModel):
     wall_s: float
     trajectories: str
     curve: str | None
+    prices: PriceTable
+    cost: CostSummary
+    """Every iteration's cost, summed, and its price on `prices.machine_type`."""
+    tasks: dict[str, CostSummary]
 
     @property
     def rise(self) -> float:
@@ -104,6 +118,7 @@ async def _train(config: TrainConfig, url: str, console: Console) -> TrainReport
     jsonl = out / "trajectories.jsonl"
     if not config.resume:
         jsonl.unlink(missing_ok=True)
+    prices = load_prices(config.prices)
     policy = CandidatePolicy(tasks)
     shuffler = random.Random(config.seed)
     history: list[IterationStats] = []
@@ -118,7 +133,7 @@ async def _train(config: TrainConfig, url: str, console: Console) -> TrainReport
                                         concurrency=config.concurrency, seed=config.seed, tag=f"it{iteration}",
                                         out=jsonl, progress=config.progress)
             wall = time.perf_counter() - begun
-            history.append(_stats(iteration, batch, wall, policy.expected_success()))
+            history.append(_stats(iteration, batch, wall, policy.expected_success(), prices))
             rewards = [t.reward for t in batch]
             if config.shuffle_rewards:
                 shuffler.shuffle(rewards)
@@ -127,11 +142,18 @@ async def _train(config: TrainConfig, url: str, console: Console) -> TrainReport
     curve = _plot(history, out / "reward_curve.png", config.shuffle_rewards)
     trajectories = list(read_trajectories(jsonl))
     _write_parquet(trajectories, out / "trajectories.parquet")
+    tasks_played = sorted({task for s in history for task in s.tasks})
     report = TrainReport(iterations=history, episodes=sum(s.episodes for s in history),
-                         wall_s=time.perf_counter() - started, trajectories=str(jsonl), curve=curve)
+                         wall_s=time.perf_counter() - started, trajectories=str(jsonl), curve=curve, prices=prices,
+                         cost=combine(s.cost for s in history),
+                         tasks={task: combine(s.tasks[task] for s in history if task in s.tasks)
+                                for task in tasks_played})
     (out / "summary.json").write_text(report.model_dump_json(indent=2))
     console.print(f"{report.episodes} episodes in {report.wall_s:.0f}s; success {history[0].success_rate:.2f} -> "
                   f"{history[-1].success_rate:.2f}; wrote {jsonl}, {curve or 'no curve (matplotlib missing)'}")
+    console.print(f"cost on {prices.machine_type}: {report.cost.price:.6f} {prices.currency} "
+                  f"({report.cost.price_per_episode:.6f} per episode; {report.cost.cpu_seconds:.1f} CPU-seconds, "
+                  f"{report.cost.memory_gb_seconds:.1f} memory GB-seconds)")
     return report
 
 
@@ -149,7 +171,13 @@ def _p50(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def _stats(iteration: int, batch: list[Trajectory], wall: float, expected: float) -> IterationStats:
+def _per_task(trajectories: list[Trajectory], prices: PriceTable) -> dict[str, CostSummary]:
+    tasks = sorted({t.task_id for t in trajectories})
+    return {task: summarize((t.cost for t in trajectories if t.task_id == task), prices) for task in tasks}
+
+
+def _stats(iteration: int, batch: list[Trajectory], wall: float, expected: float,
+           prices: PriceTable) -> IterationStats:
     ok = [t for t in batch if t.error is None]
     steps = [step for t in ok for step in t.steps]
     return IterationStats(
@@ -159,17 +187,18 @@ def _stats(iteration: int, batch: list[Trajectory], wall: float, expected: float
         claim_p50_ms=_p50([t.claim_ms for t in ok]),
         exec_p50_ms=_p50([s.sandbox_ms for s in steps if isinstance(s.action, dict) and s.action["tool"] == "bash"]),
         verify_p50_ms=_p50([s.sandbox_ms for s in steps if s.terminated]),
-        errors=len(batch) - len(ok), wall_s=wall)
+        errors=len(batch) - len(ok), wall_s=wall, cost=summarize((t.cost for t in batch), prices),
+        tasks=_per_task(batch, prices))
 
 
 def _cells(stats: IterationStats) -> tuple[str, ...]:
     return (str(stats.iteration), str(stats.episodes), f"{stats.success_rate:.2f}", f"{stats.mean_reward:.2f}",
             f"{stats.expected_success:.2f}", f"{stats.episodes_per_s:.1f}", f"{stats.claim_p50_ms:.1f} ms",
-            f"{stats.exec_p50_ms:.1f} ms", f"{stats.verify_p50_ms:.1f} ms")
+            f"{stats.exec_p50_ms:.1f} ms", f"{stats.verify_p50_ms:.1f} ms", f"{stats.cost.price_per_episode:.6f}")
 
 
 def _row(cells: Sequence[str]) -> str:
-    return "".join(cell.rjust(width) for cell, width in zip(cells, (5, 10, 9, 8, 8, 7, 11, 10, 12), strict=True))
+    return "".join(cell.rjust(width) for cell, width in zip(cells, (5, 10, 9, 8, 8, 7, 11, 10, 12, 14), strict=True))
 
 
 def _plot(history: list[IterationStats], path: Path, shuffled: bool) -> str | None:
@@ -219,9 +248,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--token", help="the router's bearer token")
     parser.add_argument("--data-dir", type=Path, default=defaults.data_dir, help="embedded server data (%(default)s)")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
+    parser.add_argument("--prices", type=Path, default=defaults.prices,
+                        help="price table (YAML) for the cost per episode (%(default)s)")
+    parser.add_argument("--tracing", choices=tracing.EXPORTERS,
+                        help="send OpenTelemetry spans of the episodes and the embedded server's work to the OTLP "
+                             "collector of OTEL_EXPORTER_OTLP_ENDPOINT, or print them (docs/observability.md)")
     args = parser.parse_args(argv)
+    if args.tracing:
+        os.environ["OTEL_TRACES_EXPORTER"] = args.tracing  # the embedded server, a child process, traces too
+        tracing.enable(args.tracing)
     exit_on_sigterm()  # stopped by timeout or kill, the embedded server and its sandboxes still go
-    train(TrainConfig(**vars(args)))
+    train(TrainConfig(**{key: value for key, value in vars(args).items() if key != "tracing"}))
 
 
 if __name__ == "__main__":
