@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from rollbox.errors import InvalidResource
+from rollbox.spec_agent_sandbox import to_rollbox
 
 API_VERSION = "rollbox.dev/v1alpha1"
 
@@ -320,6 +321,7 @@ _KINDS: dict[str, type[Model]] = {"SandboxTemplate": SandboxTemplate, "SandboxWa
 
 def parse_resource(document: dict[str, Any], context_dir: str | None = None) -> Resource:
     """Validates one YAML document; errors name the field and what is wrong with it."""
+    document = to_rollbox(document)  # agent-sandbox's own SandboxTemplate and SandboxWarmPool
     if not isinstance(document, dict):
         raise InvalidResource("a resource must be a mapping with apiVersion, kind, metadata and spec")
     kind = document.get("kind")

@@ -27,7 +27,6 @@ from kubernetes import client as kube
 from kubernetes import config, watch
 from kubernetes_asyncio import config as async_config
 
-from rollbox.client import SandboxClient as RollboxClient
 from rollbox.engine import Engine
 from tests.support.engines import teardown_engine
 from tests.support.servers import wait_until_serving
@@ -35,20 +34,28 @@ from tests.support.servers import wait_until_serving
 ROLLBOX = Path(sys.executable).parent / "rollbox"
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789"}
 POOL = """\
-apiVersion: rollbox.dev/v1alpha1
+apiVersion: extensions.agents.x-k8s.io/v1beta1
 kind: SandboxTemplate
-metadata: {name: python-sandbox}
+metadata: {name: python-sandbox-template}
 spec:
-  steps:
-    - run: mkdir -p /opt/data && echo baseline > /opt/data/file
+  podTemplate:
+    spec:
+      containers:
+      - name: python-runtime
+        image: host
+        ports: [{containerPort: 8888}]
+        workingDir: /tmp
+        env: [{name: FLAVOUR, value: rollbox}]
+        resources: {limits: {cpu: 500m, memory: 256Mi}}
 ---
-apiVersion: rollbox.dev/v1alpha1
+apiVersion: extensions.agents.x-k8s.io/v1beta1
 kind: SandboxWarmPool
 metadata: {name: python-pool}
 spec:
   replicas: 2
-  sandboxTemplateRef: {name: python-sandbox}
+  sandboxTemplateRef: {name: python-sandbox-template}
 """
+"""agent-sandbox's own manifests, as its users have them; `rollbox apply -f` takes them."""
 
 
 class Router:
@@ -91,8 +98,8 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
     server = Router(tmp_path_factory.mktemp("agent-sandbox"))
     try:
         (server.root / "pool.yaml").write_text(POOL)
-        with RollboxClient(server.url, TOKENS["alice"]) as admin:
-            admin.apply(str(server.root / "pool.yaml"))
+        subprocess.run([str(ROLLBOX), "apply", "-f", str(server.root / "pool.yaml"), "--url", server.url,
+                        "--token", TOKENS["alice"]], check=True, capture_output=True)
         yield server
     finally:
         server.stop()
@@ -109,8 +116,8 @@ def test_a_warm_sandbox_runs_commands_and_files(router: Router, alice: SandboxCl
                                    env={"GREETING": "hello"})
     assert sandbox.claim_name.startswith("sandbox-claim-") and sandbox.sandbox_id != sandbox.claim_name
 
-    result = sandbox.commands.run("echo $GREETING; cat /opt/data/file; echo oops >&2; exit 3", timeout=5)
-    assert (result.stdout, result.stderr, result.exit_code) == ("hello\nbaseline\n", "oops\n", 3)
+    result = sandbox.commands.run("echo $GREETING $FLAVOUR; pwd; echo oops >&2; exit 3", timeout=5)
+    assert (result.stdout, result.stderr, result.exit_code) == ("hello rollbox\n/tmp\n", "oops\n", 3)
 
     sandbox.files.write("work/notes.txt", "line one\n")
     sandbox.files.write("work/blob.bin", bytes(range(256)) * 4)

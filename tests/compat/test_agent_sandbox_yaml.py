@@ -1,0 +1,114 @@
+"""agent-sandbox's own SandboxTemplate and SandboxWarmPool manifests, read by `rollbox apply` as rollbox resources:
+what maps, maps; what rollbox cannot honour is refused with the field named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from rollbox.errors import InvalidResource
+from rollbox.spec import SandboxTemplate, SandboxWarmPool, load_resources
+
+MANIFEST = """\
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxTemplate
+metadata:
+  name: python-runtime-template
+  namespace: default
+spec:
+  podTemplate:
+    metadata:
+      labels: {app: python-runtime}
+    spec:
+      runtimeClassName: gvisor
+      restartPolicy: Always
+      securityContext: {runAsUser: 1000}
+      containers:
+      - name: python-runtime
+        image: oci-archive:/srv/images/python-runtime.tar
+        command: ["uvicorn", "main:app", "--port", "8888"]
+        ports: [{containerPort: 8888}]
+        readinessProbe: {httpGet: {path: /, port: 8888}}
+        workingDir: /app
+        env:
+        - {name: PYTHONUNBUFFERED, value: "1"}
+        resources:
+          requests: {cpu: 250m, memory: 256Mi}
+          limits: {cpu: "2", memory: 1Gi, ephemeral-storage: 2Gi}
+  networkPolicy:
+    egress:
+    - to: [{ipBlock: {cidr: 10.20.0.0/16}}]
+      ports: [{port: 443, protocol: TCP}]
+---
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxWarmPool
+metadata: {name: python-pool}
+spec:
+  replicas: 3
+  sandboxTemplateRef: {name: python-runtime-template}
+  updateStrategy: {type: Recreate}
+"""
+
+
+def documents() -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all(MANIFEST))
+
+
+def test_what_maps_maps() -> None:
+    template, pool = load_resources(MANIFEST)
+    assert isinstance(template, SandboxTemplate) and isinstance(pool, SandboxWarmPool)
+    spec = template.spec
+    assert (template.metadata.name, spec.runtime, spec.base) == ("python-runtime-template", "runsc",
+                                                                "oci-archive:/srv/images/python-runtime.tar")
+    assert (spec.user, spec.workdir, spec.env) == ("1000", "/app", {"PYTHONUNBUFFERED": "1"})
+    assert (spec.limits.cpu, spec.limits.memory, spec.limits.disk) == (2.0, 2**30, 2 * 2**30)
+    assert spec.network.mode == "allowlist"
+    assert [(e.cidr, e.ports, e.protocol) for e in spec.network.egress] == [("10.20.0.0/16", [443], "tcp")]
+    assert (pool.metadata.name, pool.spec.replicas, pool.spec.sandbox_template_ref.name) == (
+        "python-pool", 3, "python-runtime-template")
+
+
+def test_no_policy_and_runc_give_rollbox_defaults() -> None:
+    template = documents()[0]
+    del template["spec"]["networkPolicy"], template["spec"]["podTemplate"]["spec"]["runtimeClassName"]
+    (parsed,) = load_resources(yaml.safe_dump(template))
+    assert (parsed.spec.runtime, parsed.spec.network.mode) == ("runc", "none")
+
+
+@pytest.mark.parametrize(("path", "value", "named"), [
+    (["podTemplate", "spec", "containers", 0, "image"], "python:3.12", "containers[0].image"),
+    (["podTemplate", "spec", "runtimeClassName"], "nvidia", "runtimeClassName"),
+    (["podTemplate", "spec", "containers", 0, "resources", "limits", "nvidia.com/gpu"], 1, "nvidia.com/gpu"),
+    (["podTemplate", "spec", "containers", 0, "env", 0], {"name": "K", "valueFrom": {}}, "env[0]"),
+    (["podTemplate", "spec", "containers", 0, "volumeMounts"], [{"name": "v"}], "volumeMounts"),
+    (["podTemplate", "spec", "containers", 0, "securityContext"], {"privileged": True}, "securityContext"),
+    (["podTemplate", "spec", "volumes"], [{"name": "v"}], "podTemplate.spec.volumes"),
+    (["podTemplate", "spec", "hostNetwork"], True, "hostNetwork"),
+    (["networkPolicy", "ingress"], [{"from": []}], "networkPolicy.ingress"),
+    (["networkPolicy", "egress", 0, "to", 0], {"podSelector": {}}, "egress[0].to[0]"),
+    (["volumeClaimTemplates"], [{"metadata": {"name": "data"}}], "volumeClaimTemplates"),
+    (["networkPolicyManagement"], "Unmanaged", "networkPolicyManagement"),
+])
+def test_what_does_not_map_names_the_field(path: list[Any], value: Any, named: str) -> None:
+    template = documents()[0]
+    where = template["spec"]
+    for key in path[:-1]:
+        where = where[key]
+    where[path[-1]] = value
+    with pytest.raises(InvalidResource, match=named.replace(".", r"\.").replace("[", r"\[")):
+        load_resources(yaml.safe_dump(template))
+
+
+def test_two_containers_are_refused() -> None:
+    template = documents()[0]
+    containers = template["spec"]["podTemplate"]["spec"]["containers"]
+    containers.append({**containers[0], "name": "sidecar"})
+    with pytest.raises(InvalidResource, match="exactly one container"):
+        load_resources(yaml.safe_dump(template))
+
+
+def test_rollbox_documents_are_untouched() -> None:
+    (template,) = load_resources("apiVersion: rollbox.dev/v1alpha1\nkind: SandboxTemplate\nmetadata: {name: t}\n")
+    assert template.spec.base == "host"
