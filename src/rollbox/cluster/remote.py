@@ -28,6 +28,8 @@ from rollbox.models import (
     SandboxStats,
     SnapshotInfo,
     TemplateInfo,
+    VolumeInfo,
+    VolumeRequest,
     WarmPoolInfo,
 )
 from rollbox.node.base import FileOp, OutputCallback
@@ -146,6 +148,20 @@ class RemoteNode:
 
     async def delete_snapshot(self, tenant: str, name: str) -> None:
         await self.send(tenant, calls.delete_snapshot(name))
+
+    # -- volumes ----------------------------------------------------------------------------
+
+    async def create_volume(self, tenant: str, request: VolumeRequest) -> VolumeInfo:
+        return await self.send(tenant, calls.create_volume(request.name, request.size))
+
+    async def volumes(self, tenant: str) -> list[VolumeInfo]:
+        return await self.send(tenant, calls.list_volumes())
+
+    async def volume(self, tenant: str, name: str) -> VolumeInfo:
+        return await self.send(tenant, calls.get_volume(name))
+
+    async def delete_volume(self, tenant: str, name: str) -> None:
+        await self.send(tenant, calls.delete_volume(name))
 
     # -- operations -------------------------------------------------------------------------
 

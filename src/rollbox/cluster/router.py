@@ -21,6 +21,7 @@ from rollbox.cluster.placement import claim_order, first_choice
 from rollbox.cluster.pools import ClusterPool, read_pools
 from rollbox.cluster.remote import RemoteNode, no_progress
 from rollbox.cluster.view import NodeState
+from rollbox.cluster.volumes import ClusterVolumes
 from rollbox.cluster.watcher import SERVING, Members, Watcher, lost
 from rollbox.errors import (
     CapacityExceeded,
@@ -38,6 +39,8 @@ from rollbox.models import (
     SandboxStats,
     SnapshotInfo,
     TemplateInfo,
+    VolumeInfo,
+    VolumeRequest,
     WarmPoolInfo,
 )
 from rollbox.node.base import FileOp, OutputCallback
@@ -62,6 +65,7 @@ class ClusterNode:
         self._ready: dict[tuple[str, str], int] = {}
         """Ready warm sandboxes per (node, pool), as last reported, less the claims sent there since."""
         self._reported: dict[str, NodeState] | None = None
+        self._volumes = ClusterVolumes(self._remote, self._answering)
 
     async def start(self) -> None:
         await self.watcher.start()
@@ -133,6 +137,8 @@ class ClusterNode:
         nodes = self._serving()
         if request.snapshot:
             nodes = await self._holding_snapshot(tenant, request.snapshot, nodes)
+        if request.volumes:
+            nodes = await self._volumes.for_claim(tenant, request.volumes, nodes)
         self._refresh_ready()
         refused: Exception | None = None
         for name in self._candidates(nodes, request.warmpool):
@@ -221,6 +227,20 @@ class ClusterNode:
     async def delete_snapshot(self, tenant: str, name: str) -> None:
         holding = await self._holding_snapshot(tenant, name, self._answering())
         await asyncio.gather(*(self._remote(node.url).delete_snapshot(tenant, name) for node in holding))
+
+    # -- volumes (each lives on one node: rollbox.cluster.volumes) -------------------------------
+
+    async def create_volume(self, tenant: str, request: VolumeRequest) -> VolumeInfo:
+        return await self._volumes.create(tenant, request, self._serving())
+
+    async def volumes(self, tenant: str) -> list[VolumeInfo]:
+        return await self._volumes.list(tenant)
+
+    async def volume(self, tenant: str, name: str) -> VolumeInfo:
+        return await self._volumes.get(tenant, name)
+
+    async def delete_volume(self, tenant: str, name: str) -> None:
+        await self._volumes.delete(tenant, name)
 
     # -- resources --------------------------------------------------------------------------
 

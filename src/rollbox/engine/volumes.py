@@ -148,8 +148,9 @@ class Volumes:
 
     def unmount_all(self) -> None:
         """Unmounts every volume (their loop devices go with them); `recover` mounts them again."""
-        for volume in self.list():
-            mounts.umount(self.path(volume), lazy=True)
+        for target in self.mounts.iterdir():
+            if mounts.is_mount_point(target):
+                mounts.umount(target, lazy=True)
 
     def close(self) -> None:
         self.store.close()
