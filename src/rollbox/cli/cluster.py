@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from rollbox.cli.arguments import Commands, UsageError, data_dir_options
+from rollbox.cli.tracing import start_tracing, tracing_options
 
 SECRET_VARIABLE = "ROLLBOX_CLUSTER_SECRET"
 NODE_PORT = 8090
@@ -14,7 +15,8 @@ NODE_PORT = 8090
 
 def add_command(commands: Commands) -> None:
     node = commands.add_parser(
-        "node", parents=[data_dir_options(), secret_options()], help="run a node agent for a cluster's routers",
+        "node", parents=[data_dir_options(), secret_options(), tracing_options()],
+        help="run a node agent for a cluster's routers",
         description="Runs this machine's engine and node behind rollbox's API for the routers of a cluster "
                     "(`rollbox serve --node URL` or `--ray`). Only callers holding the cluster secret may call it.")
     node.add_argument("--name", required=True, help="the node's name, unique in the cluster; it starts every sandbox "
@@ -51,6 +53,7 @@ def cmd_node(args: argparse.Namespace) -> None:
     from rollbox.engine import DEFAULT_DATA_DIR
     from rollbox.server.listen import listen_tcp
 
+    start_tracing(args)
     agent = NodeAgent(args.data_dir or DEFAULT_DATA_DIR, args.name, secret(args), max_sandboxes=args.max_sandboxes)
     exit_on_sigterm()
     with listen_tcp(args.host, args.port) as listener:

@@ -12,11 +12,12 @@ from pathlib import Path
 from rollbox.cli.arguments import Commands, UsageError, data_dir_options, pair, pairs
 from rollbox.cli.cluster import secret_options, serve_cluster
 from rollbox.cli.output import out
+from rollbox.cli.tracing import start_tracing, tracing_options
 from rollbox.errors import Conflict
 
 
 def add_commands(commands: Commands) -> None:
-    serve = commands.add_parser("serve", parents=[data_dir_options(), secret_options()],
+    serve = commands.add_parser("serve", parents=[data_dir_options(), secret_options(), tracing_options()],
                                 help="run the router and this machine's node")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (%(default)s)")
@@ -57,6 +58,7 @@ def add_commands(commands: Commands) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    start_tracing(args)
     tokens = {**pairs(args.token, "TENANT=TOKEN"), **_tokens_file(args.tokens_file)}
     if args.ray is not None or args.node:
         if args.ray is not None and args.node:
