@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Coroutine, Generator
-from typing import Any, TypeVar, Unpack
+from typing import Any, Literal, TypeVar, Unpack, overload
 
 import httpx
 
@@ -15,6 +15,13 @@ from rollbox.client import _calls as calls
 from rollbox.client._exchange import Exchange
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
+from rollbox.client._processes import (
+    AsyncProcessCommands,
+    AsyncProcessHandle,
+    AsyncShell,
+    BackgroundOptions,
+    open_async_shell,
+)
 from rollbox.client._traced import traced
 from rollbox.client._transport import PoolTransport
 from rollbox.models import (
@@ -229,6 +236,11 @@ class AsyncSandbox:
         """What the sandbox uses now: memory and its peak, CPU seconds, processes, disk."""
         return await self._client._send(calls.stats(self.id))
 
+    async def shell(self, *, env: dict[str, str] | None = None, cwd: str | None = None, user: str | None = None,
+                    shell: str | None = None) -> AsyncShell:
+        """A shell session: its directory, environment and variables carry from one command to the next."""
+        return await open_async_shell(self._client, self.id, env=env, cwd=cwd, user=user, shell=shell)
+
     async def delete(self) -> None:
         await self._client._send(calls.delete_sandbox(self.id))
 
@@ -240,16 +252,25 @@ class AsyncSandbox:
             await self.delete()
 
 
-class AsyncCommands:
+class AsyncCommands(AsyncProcessCommands):
     def __init__(self, client: AsyncSandboxClient, sandbox_id: str) -> None:
         self._client = client
         self._sandbox_id = sandbox_id
 
-    async def run(self, command: Command, **options: Unpack[ExecOptions]) -> ExecResult:
+    @overload
+    async def run(self, command: Command, **options: Unpack[ExecOptions]) -> ExecResult: ...
+    @overload
+    async def run(self, command: Command, *, background: Literal[True], **options: Unpack[BackgroundOptions]
+                  ) -> AsyncProcessHandle: ...
+    async def run(self, command: Command, *, background: bool = False, **options: Any
+                  ) -> ExecResult | AsyncProcessHandle:
         """Runs a shell string (under /bin/sh -c) or an argv list and returns when it ends or times out.
 
-        With `on_stdout`/`on_stderr` the output is streamed to them as it is produced.
+        With `on_stdout`/`on_stderr` the output is streamed to them as it is produced. With `background=True` it
+        returns at once a handle on the process, which keeps running (docs/processes.md).
         """
+        if background:
+            return await self._start(command, options)  # type: ignore[arg-type]
         return await self._client._send(calls.exec_command(self._sandbox_id, command, **options))
 
 

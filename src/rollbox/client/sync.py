@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import TypeVar, Unpack
+from typing import Any, Literal, TypeVar, Unpack, overload
 
 import httpx
 
@@ -21,6 +21,7 @@ from rollbox.client._http import (
     error_from,
 )
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
+from rollbox.client._processes import BackgroundOptions, ProcessCommands, ProcessHandle, Shell, open_shell
 from rollbox.client._traced import traced
 from rollbox.models import (
     ApplyEvent,
@@ -224,6 +225,11 @@ class Sandbox:
         """What the sandbox uses now: memory and its peak, CPU seconds, processes, disk."""
         return self._client._send(calls.stats(self.id))
 
+    def shell(self, *, env: dict[str, str] | None = None, cwd: str | None = None, user: str | None = None,
+              shell: str | None = None) -> Shell:
+        """A shell session: its directory, environment and variables carry from one command to the next."""
+        return open_shell(self._client, self.id, env=env, cwd=cwd, user=user, shell=shell)
+
     def delete(self) -> None:
         self._client._send(calls.delete_sandbox(self.id))
 
@@ -235,16 +241,24 @@ class Sandbox:
             self.delete()
 
 
-class Commands:
+class Commands(ProcessCommands):
     def __init__(self, client: SandboxClient, sandbox_id: str) -> None:
         self._client = client
         self._sandbox_id = sandbox_id
 
-    def run(self, command: Command, **options: Unpack[ExecOptions]) -> ExecResult:
+    @overload
+    def run(self, command: Command, **options: Unpack[ExecOptions]) -> ExecResult: ...
+    @overload
+    def run(self, command: Command, *, background: Literal[True], **options: Unpack[BackgroundOptions]
+            ) -> ProcessHandle: ...
+    def run(self, command: Command, *, background: bool = False, **options: Any) -> ExecResult | ProcessHandle:
         """Runs a shell string (under /bin/sh -c) or an argv list and returns when it ends or times out.
 
-        With `on_stdout`/`on_stderr` the output is streamed to them as it is produced.
+        With `on_stdout`/`on_stderr` the output is streamed to them as it is produced. With `background=True` it
+        returns at once a handle on the process, which keeps running (docs/processes.md).
         """
+        if background:
+            return self._start(command, options)  # type: ignore[arg-type]
         return self._client._send(calls.exec_command(self._sandbox_id, command, **options))
 
 

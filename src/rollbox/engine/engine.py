@@ -349,7 +349,8 @@ class Engine:
         """The container's background processes, terminals and shell sessions."""
         record = self._record(container_id)
         return ContainerProcesses(self.launcher.agent_client(record),
-                                  lambda command, **options: self._agent_request(container_id, command, **options)[1])
+                                  lambda command, **options: self._agent_request(container_id, command, **options)[1],
+                                  record.limits["output"])
 
     def stats(self, container_id: str) -> SandboxStats:
         return self.launcher.stats(self._record(container_id))

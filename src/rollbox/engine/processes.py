@@ -89,9 +89,11 @@ class _Connection:
 class ContainerProcesses:
     """The background processes of one container."""
 
-    def __init__(self, agent: AgentClient, build: BuildRequest) -> None:
+    def __init__(self, agent: AgentClient, build: BuildRequest, output_limit: int) -> None:
         self._agent = agent
         self._build = build
+        self._output_limit = output_limit
+        """The container's output limit: what a shell command keeps of each stream unless it says otherwise."""
 
     async def _connect(self, process_id: str = "") -> _Connection:
         try:
@@ -191,11 +193,11 @@ class ContainerProcesses:
         finally:
             connection.writer.close()
 
-    async def run_in_shell(self, process_id: str, command: ShellCommand, output_limit: int) -> ExecResult:
+    async def run_in_shell(self, process_id: str, command: ShellCommand) -> ExecResult:
         """Runs one command in a shell session (see `ShellRun`)."""
         connection = await self._connect(process_id)
         try:
-            return await ShellRun(connection, command, command.output_limit or output_limit).run()
+            return await ShellRun(connection, command, command.output_limit or self._output_limit).run()
         except (OSError, asyncio.IncompleteReadError):
             raise _lost(self._agent.container_id) from None
         finally:

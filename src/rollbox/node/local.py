@@ -50,6 +50,7 @@ from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim, as_sandbox, gone
 from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
+from rollbox.node.processes import ProcessOperations
 from rollbox.node.recovery import recover
 from rollbox.node.resources import Resources
 from rollbox.node.store import NodeStore, snapshot_key
@@ -61,7 +62,7 @@ from rollbox.spec import Metadata, Resource
 FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 
 
-class LocalNode:
+class LocalNode(ProcessOperations):
     """The `Node` of this machine. Thread-safe; one per engine.
 
     `max_sandboxes` caps every container on the node (claimed, warm, starting, being deleted);

@@ -26,13 +26,14 @@
  *              s signal (its process group) | S signal (everything it started, not itself) |
  *              w "rows cols" (resize) | K (kill it and forget it; the answer k is the last frame)
  *   Following:  o stdout | r stderr | g offset (output was dropped: it resumes there) |
- *              z "exit signal timed_out dropped dropped" once it ended and everything kept was sent.
+ *              z "exit signal timed_out missed missed" once it ended and everything kept was sent (missed:
+ *              output this client asked for had been dropped).
  * q: id, pid, running, exit, signal, timed_out, pty, shell, started (ms since the epoch), cwd, tag,
  * argv..., each ended by NUL.
  */
 
 #define MAX_PROCS 1024
-#define MAX_ENDED 64 /* ended processes kept to be read back; the oldest goes first */
+#define MAX_ENDED 256 /* ended processes kept to be read back; the oldest goes first */
 #define MAX_CLIENTS 64
 #define STDIN_MAX (1 << 20)
 #define MAX_ID 64
@@ -254,7 +255,7 @@ static void ring_put(struct ring *r, char type, const char *data, uint32_t len) 
 }
 
 struct client {
-    int fd, follow, ending;
+    int fd, follow, ending, missed; /* missed: output it asked for was dropped before it was sent */
     long long asked; /* the offset asked for by f, applied at x */
     unsigned long long pos; /* the next record to send */
     uint32_t skip;          /* bytes of that record already covered by the offset asked for */
@@ -304,7 +305,10 @@ static void ack(struct supervisor *s, struct client *c, long long offset) {
 static long long follow_from(struct supervisor *s, struct client *c, long long offset) {
     struct ring *r = &s->ring;
     if (offset < 0 || offset > r->end) offset = r->end;
-    if (offset < r->first) offset = r->first;
+    if (offset < r->first) {
+        offset = r->first;
+        c->missed = 1;
+    }
     c->pos = r->tail;
     c->skip = 0;
     while (c->pos < r->head) {
@@ -403,6 +407,7 @@ static void refill(struct supervisor *s, struct client *c) {
         char text[32];
         c->pos = r->tail;
         c->skip = 0;
+        c->missed = 1;
         queue(c, 'g', text, (uint32_t)snprintf(text, sizeof text, "%lld", r->first));
         return;
     }
@@ -421,7 +426,7 @@ static void refill(struct supervisor *s, struct client *c) {
         return;
     }
     if (!s->running) {
-        int st = s->status, dropped = r->first > 0;
+        int st = s->status, dropped = c->missed;
         int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
         char z[64];
         queue(c, 'z', z, (uint32_t)snprintf(z, sizeof z, "%d %d %d %d %d", s->timed_out ? -1 : code, sig,
