@@ -24,7 +24,8 @@ rollbox's own (a proxy's 502).
     │   └── ProcessNotFound (404 process_not_found)    no such background process in the sandbox
     ├── Conflict (409 conflict)
     │   ├── SandboxNotRunning (409 sandbox_not_running)
-    │   └── VolumeInUse (409 volume_in_use)             mounted read-write elsewhere, or mounted at all on delete
+    │   ├── VolumeInUse (409 volume_in_use)             mounted read-write elsewhere, or mounted at all on delete
+    │   └── RestoreFailed (409 restore_failed)          a checkpoint image (processes and memory) that would not load
     ├── TooLarge (413 too_large)
     ├── CapacityExceeded (429 capacity_exceeded)
     ├── BuildFailed (422 build_failed)                 a template step failed
@@ -54,6 +55,7 @@ __all__ = [
     "NodeUnavailable",
     "NotFound",
     "ProcessNotFound",
+    "RestoreFailed",
     "RollboxError",
     "RuntimeUnavailable",
     "SandboxNotFound",
@@ -166,6 +168,12 @@ class VolumeNotFound(NotFound):
 
 class VolumeInUse(Conflict):
     code = "volume_in_use"
+
+
+class RestoreFailed(Conflict):
+    """A checkpoint image (a sandbox's processes and memory) is corrupt or missing: nothing of the restore is left."""
+
+    code = "restore_failed"
 
 
 class TooLarge(RollboxError):

@@ -102,6 +102,9 @@ class SandboxInfo(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     volumes: list[VolumeMount] = Field(default_factory=list)
     """The volumes mounted in the sandbox (its template's and its claim's)."""
+    memory: bool = False
+    """A fork's child or a claim from a snapshot: whether it started with the processes and memory of its
+    parent or snapshot (gVisor), or with their files alone."""
 
 
 class ExecResult(BaseModel):
@@ -169,6 +172,11 @@ class SnapshotInfo(BaseModel):
     template: str
     created_at: float
     source: str | None = None
+    memory: bool = False
+    """Whether it keeps the sandbox's processes and memory (gVisor), so that a claim from it runs on where it was
+    taken; else its files alone."""
+    size: int | None = None
+    """Bytes it holds on disk of its own: the files the sandbox wrote and its checkpoint image."""
 
 
 class TemplateInfo(BaseModel):

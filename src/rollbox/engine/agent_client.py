@@ -138,6 +138,15 @@ class AgentClient:
             except OSError:
                 return False
 
+    def hold(self) -> None:
+        """Asks the agent to close its socket while its hold file exists (a checkpoint's first step)."""
+        with self._connect() as sock:
+            try:
+                sock.sendall(_frame(b"H", b""))
+                _recv_exact(sock, 5)
+            except (OSError, EOFError):
+                raise _lost(self.container_id) from None
+
     def wait_ready(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
         delay = 0.0005

@@ -16,7 +16,8 @@ from rollbox.models import ExecResult, SandboxStats, SnapshotInfo
 if TYPE_CHECKING:
     from rollbox.engine.engine import Engine
 
-ContainerState = Literal["running", "paused", "stopped"]
+ContainerState = Literal["running", "paused", "standby", "stopped"]
+"""standby: saved to disk with its processes, resumed by its next call (gVisor)."""
 
 
 class ContainerInfo(BaseModel):

@@ -23,18 +23,20 @@ from rollbox.engine.agent import agent_binary, compat_library
 from rollbox.engine.agent_client import AgentRequest, OutputCallback
 from rollbox.engine.builder import Builder, Progress
 from rollbox.engine.cgroups import Cgroups
+from rollbox.engine.checkpoints import Checkpoints
 from rollbox.engine.commands import agent_request
 from rollbox.engine.container import Container, ContainerInfo
 from rollbox.engine.expiry import Reaper
 from rollbox.engine.files import ContainerFiles
 from rollbox.engine.launcher import Launcher
 from rollbox.engine.layers import UPPER_PREFIX, LayerStore
+from rollbox.engine.live import Live
 from rollbox.engine.network import Networks
 from rollbox.engine.processes import ContainerProcesses
 from rollbox.engine.runtimes import Runtime
 from rollbox.engine.store import ContainerRecord, Image, Store
 from rollbox.engine.templates import Templates
-from rollbox.errors import InvalidRequest, SandboxNotFound, SnapshotNotFound
+from rollbox.errors import InvalidRequest, RestoreFailed, RuntimeUnavailable, SandboxNotFound, SnapshotNotFound
 from rollbox.models import MAX_FORK, ExecResult, SandboxStats, SnapshotInfo
 from rollbox.spec import Limits, SandboxTemplate
 
@@ -54,7 +56,8 @@ class Engine:
     """
 
     def __init__(self, data_dir: str | Path = DEFAULT_DATA_DIR, *, run_dir: str | Path | None = None,
-                 recover: bool = True, network_pool: str | None = None) -> None:
+                 recover: bool = True, network_pool: str | None = None, checkpoint_budget: int | None = None
+                 ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # Image layers may hold setuid files and device nodes: no host user but root may reach them.
@@ -71,6 +74,8 @@ class Engine:
         self.builder = Builder(self.layers, self.runtime("runc"), self.data_dir / "build", self.cgroups)
         self._templates = Templates(self.store, self.builder, self.runtime)
         self.volumes = volumes.Volumes(self.data_dir)
+        self.checkpoints = Checkpoints(self.data_dir, self.launcher, checkpoint_budget)
+        self._live = Live(self)
         self._lock = threading.RLock()
         self._container_locks: dict[str, threading.RLock] = {}
         self._records = {record.id: record for record in self.store.containers()}
@@ -120,7 +125,7 @@ class Engine:
         record = self._new_record(template, spec.runtime, image, limits or spec.limits, env or {}, labels or {})
         record.snapshot = snapshot
         record.volumes = [volumes.attachment(self.volumes.get(key), path, ro) for key, path, ro in volume_mounts]
-        self._launch(record)
+        self._launch(record, checkpoint=image.checkpoint)
         return Container(self, record.id)
 
     def _new_record(self, template: str, runtime: str, image: Image, limits: Limits, env: dict[str, str],
@@ -134,13 +139,21 @@ class Engine:
             expires_at=now + limits.shutdown_after if limits.shutdown_after else None, labels=labels,
         )
 
-    def _launch(self, record: ContainerRecord, seed: Path | None = None) -> None:
-        """Starts a container on a new upper (a copy of the upper directory `seed`, or empty)."""
+    def _launch(self, record: ContainerRecord, seed: Path | None = None, checkpoint: str | None = None) -> None:
+        """Starts a container on a new upper (a copy of the upper directory `seed`, or empty), restoring the
+        processes saved in the image `checkpoint` if given."""
         record.upper = self.layers.new_upper_id()
         self._save(record)
         try:
             self.layers.create_upper(record.upper, Limits(**record.limits).disk, seed)
-            self.launcher.start(record, self._templates.network(record.template))
+            image = self.checkpoints.restorable(checkpoint) if checkpoint else None
+            self.launcher.start(record, self._templates.network(record.template), image)
+        except RuntimeUnavailable as error:
+            self._destroy(record)
+            if checkpoint:
+                raise RestoreFailed(f"checkpoint image {checkpoint} could not be restored (corrupt?): {error}; "
+                                    "nothing of the new container is left") from None
+            raise
         except BaseException:
             self._destroy(record)
             raise
@@ -179,7 +192,7 @@ class Engine:
     def alive(self, container_id: str) -> bool:
         """Whether the container's agent answers (a paused container counts as alive)."""
         record = self._record(container_id)
-        return record.state == "paused" or self.launcher.agent_client(record).ping(timeout=1.0)
+        return record.state in ("paused", "standby") or self.launcher.agent_client(record).ping(timeout=1.0)
 
     def exit_fd(self, container_id: str) -> int | None:
         """See `Launcher.exit_fd`."""
@@ -207,6 +220,8 @@ class Engine:
             self._destroy(record)
         if _has_frozen_layers(record.image):
             self.collect_layers()
+        if record.checkpoint or record.baseline.checkpoint:
+            self.collect_checkpoints()
 
     # -- state operations -------------------------------------------------------------------
 
@@ -220,7 +235,10 @@ class Engine:
             record.image = record.baseline
             record.generation += 1
             record.state = "running"
-            self._launch(record)
+            standby, record.checkpoint = record.checkpoint, None
+            if standby:
+                self.checkpoints.remove(standby)
+            self._launch(record, checkpoint=record.baseline.checkpoint)
         if _has_frozen_layers(old_image):
             self.collect_layers()
 
@@ -245,6 +263,8 @@ class Engine:
         with self._locked(container_id):
             parent = self._record(container_id)
             self.launcher.check_startable(parent, "fork")
+            if self.carries_memory(container_id):
+                return [Container(self, child.id) for child in self._live.fork(self._awake(parent), count)]
             copied = self.layers.upper_bytes(parent.upper) <= FORK_COPY_BYTES
             image = parent.image if copied else self._freeze_upper(parent)
             children = [self._new_record(parent.template, parent.runtime, image, Limits(**parent.limits),
@@ -277,6 +297,8 @@ class Engine:
         with self._locked(container_id):
             record = self._record(container_id)
             self.launcher.check_startable(record, "snapshot")
+            if self.carries_memory(container_id):
+                return self._live.snapshot(self._awake(record), name)
             image = self._freeze_upper(record)
             now = time.time()
             self.store.put_snapshot(name, record.template, image, record.id, now)
@@ -284,26 +306,68 @@ class Engine:
         return SnapshotInfo(name=name, template=record.template, created_at=now, source=record.id)
 
     def snapshots(self) -> list[SnapshotInfo]:
-        return [SnapshotInfo(name=n, template=t, created_at=c, source=s) for n, t, _, s, c in self.store.snapshots()]
+        return [SnapshotInfo(name=n, template=t, created_at=c, source=s, memory=i.checkpoint is not None,
+                             size=self._image_size(i)) for n, t, i, s, c in self.store.snapshots()]
 
     def delete_snapshot(self, name: str) -> None:
         if self.store.snapshot(name) is None:
             raise SnapshotNotFound(f"snapshot {name!r} does not exist")
         self.store.delete_snapshot(name)
         self.collect_layers()
+        self.collect_checkpoints()
+
+    # -- processes and memory (gVisor: engine/live.py) ---------------------------------------
+
+    def carries_memory(self, container_id: str) -> bool:
+        """Whether fork, snapshot and pause keep the container's processes and memory (its runtime can
+        checkpoint), or its files alone (fork, snapshot) and its memory in place (pause)."""
+        return self.runtime(self._record(container_id).runtime).checkpoints
+
+    def snapshot_size(self, name: str) -> int | None:
+        found = self.store.snapshot(name)
+        return None if found is None else self._image_size(found[1])
+
+    def _image_size(self, image: Image) -> int:
+        """Bytes a snapshot holds of its own: its files (the frozen upper on top) and its checkpoint image."""
+        top = image.layers[0] if image.layers and image.layers[0].startswith(UPPER_PREFIX) else None
+        files = self.layers.upper_bytes(top) if top and self.layers.exists(top) else 0
+        with contextlib.suppress(OSError):
+            files += self.checkpoints.size(image.checkpoint) if image.checkpoint else 0
+        return files
+
+    def _awake(self, record: ContainerRecord) -> ContainerRecord:
+        """The record of a container that runs, restoring one in standby first (callers hold its lock)."""
+        if record.state == "standby":
+            self._live.wake(record)
+        return record
+
+    def _woken(self, container_id: str) -> ContainerRecord:
+        """The container's record, resuming it first if it is in standby: its next call wakes it."""
+        record = self._record(container_id)
+        if record.state == "standby":
+            with self._locked(container_id):
+                self._awake(self._record(container_id))
+        return record
+
+    def collect_checkpoints(self) -> None:
+        """Removes checkpoint images no snapshot or container needs any more."""
+        self.checkpoints.collect(self.store.referenced_checkpoints())
 
     def pause(self, container_id: str) -> None:
-        """Freezes every process of the container: it uses no CPU and keeps its memory and files."""
+        """Freezes every process of the container: it uses no CPU and keeps its memory and files. Where the
+        runtime can checkpoint (gVisor), it goes to standby instead: saved to disk, holding no memory."""
         with self._locked(container_id):
             record = self._record(container_id)
-            if record.state != "paused":
+            if record.state == "running" and self.carries_memory(container_id):
+                self._live.standby(record)
+            elif record.state == "running":
                 self.cgroups.freeze(record.oci_id, True)
                 record.state = "paused"
                 self._save(record)
 
     def resume(self, container_id: str) -> None:
         with self._locked(container_id):
-            record = self._record(container_id)
+            record = self._awake(self._record(container_id))
             if record.state == "paused":
                 self.cgroups.freeze(record.oci_id, False)
                 record.state = "running"
@@ -313,7 +377,7 @@ class Engine:
 
     def _agent_request(self, container_id: str, command: str | Sequence[str], **options: object
                        ) -> tuple[ContainerRecord, AgentRequest]:
-        record = self._record(container_id)
+        record = self._woken(container_id)
         request = agent_request(record, self.runtime(record.runtime), self.launcher.rootfs(record.id), command,
                                 **options)  # type: ignore[arg-type]
         return record, request
@@ -340,7 +404,7 @@ class Engine:
         return await self.launcher.agent_client(record).run_async(request, on_stdout, on_stderr)
 
     def files(self, container_id: str) -> ContainerFiles:
-        record = self._record(container_id)
+        record = self._woken(container_id)
         files = ContainerFiles(str(self.launcher.rootfs(record.id)), record.home, record.uid, record.gid,
                                Limits(**record.limits).upload)
         return volumes.MountedFiles(files, self.volumes, record.volumes) if record.volumes else files  # type: ignore[return-value]
@@ -378,6 +442,7 @@ class Engine:
                     self._destroy(record)
         recovery.remove_orphans(self.launcher, list(self._records.values()), self.builder.work_dir)
         self.collect_layers()
+        self.collect_checkpoints()
         if any(record.expires_at for record in self._records.values()):
             self._reaper.ensure()
 
@@ -404,6 +469,7 @@ class Engine:
         for name, *_ in self.store.snapshots():
             self.store.delete_snapshot(name)
         self.collect_layers()
+        self.collect_checkpoints()
         self.cgroups.prune()
 
     def destroy(self) -> None:

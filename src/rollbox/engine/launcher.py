@@ -15,6 +15,7 @@ import select
 import shutil
 import socket
 import threading
+import time
 from pathlib import Path
 
 from rollbox.engine import mounts, volumes
@@ -27,10 +28,14 @@ from rollbox.engine.network import Networks
 from rollbox.engine.oci import AGENT_PATH, AGENT_SOCKET_DIR, COMPAT_PATH, Bind, ContainerConfig, container_spec
 from rollbox.engine.runtimes import AGENT_FD, Runtime, make_runtime
 from rollbox.engine.store import ContainerRecord
-from rollbox.errors import Conflict, SandboxNotRunning
+from rollbox.errors import Conflict, RuntimeUnavailable, SandboxNotRunning
 from rollbox.models import SandboxStats
 from rollbox.spec import Limits, Network
 
+LOCKOUT_ID = 2147483646
+"""Who owns a container's socket directory (agent.c's LOCKOUT_ID): commands are locked out of it."""
+HOLD_TIMEOUT = 5.0
+"""Seconds the agent has to close its socket before a checkpoint."""
 ACCOUNTS_FILES = ("/etc/passwd", "/etc/group")
 """What the OCI runtime reads in a container's root to start it."""
 
@@ -67,8 +72,9 @@ class Launcher:
     def agent_client(self, record: ContainerRecord) -> AgentClient:
         return AgentClient(str(self.run_dir / record.id / "agent.sock"), record.id)
 
-    def start(self, record: ContainerRecord, network: Network) -> None:
-        """Mounts the container's root filesystem, starts it, and waits until its agent answers."""
+    def start(self, record: ContainerRecord, network: Network, checkpoint: Path | None = None) -> None:
+        """Mounts the container's root filesystem, starts it (or restores the processes saved in `checkpoint`
+        into it), and waits until its agent answers."""
         runtime = self.runtime(record.runtime)
         bundle = self.bundle_dir / record.id
         rootfs = self.rootfs(record.id)
@@ -101,16 +107,41 @@ class Launcher:
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
         listener = None
-        if runtime.passes_fds:
+        if checkpoint is not None:
+            os.chown(run, LOCKOUT_ID, LOCKOUT_ID)  # the restored agent gave up taking its directory back
+        elif runtime.passes_fds:
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             listener.bind(str(socket_path))
             listener.listen(512)
         try:
-            runtime.start(record.oci_id, bundle, listener.fileno() if listener else None, bundle / "agent.log")
+            runtime.start(record.oci_id, bundle, listener.fileno() if listener else None, bundle / "agent.log",
+                          checkpoint)
         finally:
             if listener:
                 listener.close()
         self.agent_client(record).wait_ready()
+
+    def checkpoint(self, record: ContainerRecord, image: Path) -> None:
+        """Saves the container's processes and memory into the directory `image`; the container stops.
+
+        The agent's socket is bound to a host path, which gVisor cannot save: the agent closes it first and
+        waits (agent.c's hold()) while the hold file exists; that file is gone by the time this returns."""
+        runtime = self.runtime(record.runtime)
+        if not runtime.checkpoints:
+            raise RuntimeUnavailable(f"runtime {record.runtime!r} cannot checkpoint a container")
+        socket_path = self.run_dir / record.id / "agent.sock"
+        hold = socket_path.with_name(socket_path.name + ".hold")
+        hold.touch()
+        try:
+            self.agent_client(record).hold()
+            deadline = time.monotonic() + HOLD_TIMEOUT
+            while socket_path.exists():
+                if time.monotonic() > deadline:
+                    raise SandboxNotRunning(f"container {record.id}: its agent did not let go of its socket")
+                time.sleep(0.001)
+            runtime.checkpoint(record.oci_id, image, self.bundle_dir / record.id / "agent.log")
+        finally:
+            hold.unlink()
 
     def check_startable(self, record: ContainerRecord, operation: str) -> None:
         """Refuses an `operation` that would start the container again (or others over its files) where the

@@ -24,6 +24,8 @@ def still_running(launcher: Launcher, record: ContainerRecord) -> bool:
         raise SandboxNotRunning(f"container {record.id} lost its files (was the machine restarted?)")
     if record.state == "paused" and launcher.cgroups.is_frozen(record.oci_id):
         return True
+    if record.state == "standby":  # on disk, resumed on its next call (a missing image fails then, clearly)
+        return True
     return launcher.agent_client(record).ping()
 
 

@@ -46,6 +46,8 @@ class Image:
     workdir: str | None = None
     user: str = "user"
     host_binds: bool = False
+    checkpoint: str | None = None
+    """A snapshot with memory: the checkpoint image whose processes a container from it resumes (gVisor)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -82,6 +84,8 @@ class ContainerRecord:
     labels: dict[str, str] = field(default_factory=dict)
     volumes: list[dict[str, Any]] = field(default_factory=list)
     """The named volumes bound into it (`engine.volumes.attachment`)."""
+    checkpoint: str | None = None
+    """In standby (state "standby"): the checkpoint image its processes and memory wait in."""
 
     @property
     def oci_id(self) -> str:
@@ -162,6 +166,13 @@ class Store(Database):
     def delete_container(self, container_id: str) -> None:
         with self.transaction() as db:
             db.execute("DELETE FROM sandboxes WHERE id=?", (container_id,))
+
+    def referenced_checkpoints(self) -> set[str]:
+        """Every checkpoint image some snapshot or container still needs (to start from, reset to, or resume)."""
+        used = {image.checkpoint for _, _, image, _, _ in self.snapshots()}
+        for record in self.containers():
+            used |= {record.checkpoint, record.image.checkpoint, record.baseline.checkpoint}
+        return {image_id for image_id in used if image_id}
 
     def referenced_layers(self) -> set[str]:
         """Every layer some template, snapshot or container still needs (uppers included)."""

@@ -10,6 +10,7 @@
  *   host -> agent  a argv item | e env "K=V" | d cwd | u "uid gid [group...]" | t timeout ms
  *                  l output cap per stream | i stdin bytes | c close stdin | s signal | x run | P ping
  *                  I isolated: run in a throw-away copy of the sandbox (see isolate() below)
+ *                  H hold: close the socket while the host checkpoints (see hold() below)
  *   agent -> host  p pid | o stdout | r stderr | z "exit signal timed_out out_trunc err_trunc" | P pong
  * Background processes (B, L, A), which outlive their connection, are described in processes.c.
  * Closing the connection before the command ends kills the command's process tree.
@@ -643,6 +644,11 @@ static void handle(int conn, int sigfd) {
             send_frame(conn, 'P', VERSION, sizeof VERSION - 1);
             free(data);
             return;
+        case 'H':
+            kill(getppid(), SIGUSR1);
+            send_frame(conn, 'H', "", 0);
+            free(data);
+            return;
         case 'a': push(&rq.argv, &rq.argc, data); continue;
         case 'e': push(&rq.envp, &rq.envc, data); continue;
         case 'd': rq.cwd = data; continue;
@@ -679,17 +685,49 @@ static void handle(int conn, int sigfd) {
     }
 }
 
+static const char *socket_path; /* --path only */
+
+static int listen_path(const char *path) {
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    strcpy(addr.sun_path, path);
+    int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(listener, 512) < 0)
+        die("listen");
+    return listener;
+}
+
+/* gVisor cannot checkpoint a socket bound to a host path. While the host's `<socket>.hold` file exists (in the
+ * directory commands are locked out of, so only the host makes it), the agent has no socket and waits; a sandbox
+ * restored from the checkpoint has a directory of its own without the file and listens again at once. File calls
+ * run as the directory's owner: the agent gave up CAP_CHOWN, and with it the way to take the directory back. */
+static int hold(int listener) {
+    char marker[sizeof ((struct sockaddr_un *)0)->sun_path + 8];
+    snprintf(marker, sizeof marker, "%s.hold", socket_path);
+    if (seteuid(LOCKOUT_ID) < 0) return listener;
+    struct stat held;
+    if (stat(marker, &held) == 0) {
+        close(listener);
+        unlink(socket_path);
+        while (stat(marker, &held) == 0) usleep(1000);
+        unlink(socket_path);
+        listener = listen_path(socket_path);
+        set_nonblock(listener);
+    }
+    if (seteuid(0) < 0) die("seteuid");
+    return listener;
+}
+
 int main(int argc, char **argv) {
     int listener = -1;
     if (argc == 3 && strcmp(argv[1], "--fd") == 0) {
         listener = atoi(argv[2]);
     } else if (argc == 3 && strcmp(argv[1], "--path") == 0) {
-        struct sockaddr_un addr = {.sun_family = AF_UNIX};
-        if (strlen(argv[2]) >= sizeof addr.sun_path) {
+        struct sockaddr_un addr;
+        if (strlen(argv[2]) + 5 >= sizeof addr.sun_path) { /* room for ".hold" */
             errno = ENAMETOOLONG;
             die("socket path");
         }
-        strcpy(addr.sun_path, argv[2]);
+        socket_path = argv[2];
         char dir[sizeof addr.sun_path];
         strcpy(dir, argv[2]);
         char *slash = strrchr(dir, '/');
@@ -701,10 +739,7 @@ int main(int argc, char **argv) {
         /* A restarted sandbox finds the directory locked by its previous agent: take it back. */
         if (chown(dir, 0, 0) < 0 || chmod(dir, 0700) < 0) die("socket directory");
         unlink(argv[2]);
-        listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof addr) < 0 ||
-            listen(listener, 512) < 0)
-            die("listen");
+        listener = listen_path(argv[2]);
         /* The directory is the host's, bound in writable so the socket can be made: lock every command
          * out of it (root too, which keeps no capabilities), or one could replace the socket with its
          * own and answer the host's commands, or fill the host's disk through it. */
@@ -730,6 +765,7 @@ int main(int argc, char **argv) {
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
+    sigaddset(&chld, SIGUSR1); /* hold() */
     sigprocmask(SIG_BLOCK, &chld, NULL);
     int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd < 0) die("signalfd");
@@ -743,8 +779,8 @@ int main(int argc, char **argv) {
         }
         if (fds[1].revents & POLLIN) {
             struct signalfd_siginfo info;
-            while (read(sigfd, &info, sizeof info) > 0) {
-            }
+            while (read(sigfd, &info, sizeof info) > 0)
+                if (info.ssi_signo == SIGUSR1 && socket_path) listener = hold(listener);
             pid_t reaped;
             while ((reaped = waitpid(-1, NULL, WNOHANG)) > 0) proc_reaped(reaped);
         }
