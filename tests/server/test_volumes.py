@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,3 +167,21 @@ def test_a_stopped_server_with_no_sandbox_leaves_no_loop_device(own_server: Serv
     server.stop()
     teardown_engine(Engine(server.data_dir))
     assert _image_of(server) not in loop_devices()
+
+
+def test_the_cli_creates_lists_and_removes_volumes(server: Server) -> None:
+    def rollbox(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(Path(sys.executable).parent / "rollbox"), *args, "--url", server.url,
+                               "--token", TOKENS["alice"]], capture_output=True, text=True, timeout=60)
+
+    created = rollbox("volume", "create", "cli-cache", "--size", "24Mi")
+    assert (created.returncode, created.stdout.strip()) == (0, "volume/cli-cache created"), created.stderr
+    listed = rollbox("volume", "ls")
+    assert "cli-cache" in listed.stdout and "24Mi" in listed.stdout, listed
+    as_json = json.loads(rollbox("get", "volumes", "cli-cache", "-o", "json").stdout)
+    assert as_json[0]["size"] == 24 * 2**20 and as_json[0]["mounted_by"] == []
+    refused = rollbox("volume", "create", "../x", "--size", "24Mi")
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert rollbox("delete", "volume", "cli-cache").stdout.strip() == "volume/cli-cache deleted"
+    missing = rollbox("volume", "rm", "cli-cache")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr

@@ -15,6 +15,7 @@ from rollbox import errors
 from rollbox.cli import bench, cluster, demo, fusion, kubeconfig, resources, sandboxes, serve, view
 from rollbox.cli.arguments import UsageError, remote_options
 from rollbox.cli.output import err
+from rollbox.cli.volumes import add_command as add_volume_command
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -37,6 +38,7 @@ def parser() -> argparse.ArgumentParser:
     cluster.add_command(commands)
     resources.add_commands(commands, remote)
     sandboxes.add_commands(commands, remote)
+    add_volume_command(commands, remote)
     fusion.add_command(commands, remote)
     bench.add_command(commands, remote)
     kubeconfig.add_command(commands, remote)

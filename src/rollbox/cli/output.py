@@ -94,4 +94,16 @@ _COLUMNS: dict[str, tuple[list[str], Callable[[Any], list[str]]]] = {
         s.id, s.template, s.warmpool or "-", s.state, _age(s.created_at), _age(s.expires_at), s.parent or "-"]),
     "snapshots": (["NAME", "TEMPLATE", "SOURCE", "AGE"], lambda s: [
         s.name, s.template, s.source or "-", _age(s.created_at)]),
+    "volumes": (["NAME", "SIZE", "USED", "MOUNTED BY", "AGE"], lambda v: [
+        v.name, _size(v.size), _size(v.used),
+        ", ".join(f"{use.sandbox}{' (ro)' if use.read_only else ''}" for use in v.mounted_by) or "-",
+        _age(v.created_at)]),
 }
+
+
+def _size(count: int) -> str:
+    """`512Mi`, `1.5Gi`: bytes in binary units, as sizes are written in templates."""
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if count >= size:
+            return f"{count / size:.3g}{unit}"
+    return str(count)

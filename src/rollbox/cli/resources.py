@@ -20,9 +20,11 @@ KINDS = {
     "warmpool": "warmpools", "warmpools": "warmpools", "pool": "warmpools", "pools": "warmpools",
     "sandbox": "sandboxes", "sandboxes": "sandboxes",
     "snapshot": "snapshots", "snapshots": "snapshots",
+    "volume": "volumes", "volumes": "volumes",
 }
 """Every spelling `get` and `delete` accept, and the kind each one means."""
-SINGULAR = {"templates": "template", "warmpools": "warmpool", "sandboxes": "sandbox", "snapshots": "snapshot"}
+SINGULAR = {"templates": "template", "warmpools": "warmpool", "sandboxes": "sandbox", "snapshots": "snapshot",
+            "volumes": "volume"}
 
 
 def add_commands(commands: Commands, remote: argparse.ArgumentParser) -> None:
@@ -32,14 +34,16 @@ def add_commands(commands: Commands, remote: argparse.ArgumentParser) -> None:
     apply.add_argument("--wait", action="store_true", help="then wait until every warm pool applied is full")
     apply.set_defaults(run=cmd_apply)
 
-    get = commands.add_parser("get", parents=[remote], help="list templates, warmpools, sandboxes or snapshots")
-    get.add_argument("kind", metavar="KIND", help="templates, warmpools, sandboxes or snapshots")
+    get = commands.add_parser("get", parents=[remote],
+                              help="list templates, warmpools, sandboxes, snapshots or volumes")
+    get.add_argument("kind", metavar="KIND", help="templates, warmpools, sandboxes, snapshots or volumes")
     get.add_argument("name", nargs="?", metavar="NAME", help="show only this one")
     get.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
     get.set_defaults(run=cmd_get)
 
-    delete = commands.add_parser("delete", parents=[remote], help="delete templates, warmpools, sandboxes or snapshots")
-    delete.add_argument("kind", metavar="KIND", help="template, warmpool, sandbox or snapshot")
+    delete = commands.add_parser("delete", parents=[remote],
+                                 help="delete templates, warmpools, sandboxes, snapshots or volumes")
+    delete.add_argument("kind", metavar="KIND", help="template, warmpool, sandbox, snapshot or volume")
     delete.add_argument("names", nargs="+", metavar="NAME")
     delete.set_defaults(run=cmd_delete)
 
@@ -78,7 +82,7 @@ def _kind(name: str) -> str:
     try:
         return KINDS[name.lower()]
     except KeyError:
-        raise UsageError(f"{name!r} is not a kind: use templates, warmpools, sandboxes or snapshots") from None
+        raise UsageError(f"{name!r} is not a kind: use templates, warmpools, sandboxes, snapshots or volumes") from None
 
 
 def cmd_get(args: argparse.Namespace) -> None:
@@ -93,6 +97,7 @@ def _all(sdk: SandboxClient, kind: str) -> list[BaseModel]:
         "warmpools": sdk.list_warmpools,
         "sandboxes": lambda: [sandbox.info for sandbox in sdk.list_sandboxes()],
         "snapshots": sdk.list_snapshots,
+        "volumes": sdk.list_volumes,
     }
     return list(listing[kind]())
 
@@ -104,6 +109,8 @@ def _one(sdk: SandboxClient, kind: str, name: str) -> list[BaseModel]:
         return [sdk.get_warmpool(name)]
     if kind == "sandboxes":
         return [sdk.get_sandbox(name).info]
+    if kind == "volumes":
+        return [sdk.get_volume(name)]
     found = [snapshot for snapshot in sdk.list_snapshots() if snapshot.name == name]
     if not found:
         raise errors.SnapshotNotFound(f"snapshot {name!r} does not exist: `rollbox get snapshots` lists them")
@@ -118,6 +125,7 @@ def cmd_delete(args: argparse.Namespace) -> None:
         "warmpools": sdk.delete_warmpool,
         "sandboxes": sdk.delete_sandbox,
         "snapshots": sdk.delete_snapshot,
+        "volumes": sdk.delete_volume,
     }[kind]
     for name in args.names:
         delete(name)
