@@ -7,12 +7,14 @@ sandbox, another tenant's claim, timeouts) raised as the client's own exceptions
 
 from __future__ import annotations
 
+import io
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from k8s_agent_sandbox import (
     AsyncSandboxClient,
@@ -138,6 +140,49 @@ def test_a_warm_sandbox_runs_commands_and_files(router: Router, alice: SandboxCl
     assert sandbox.claim_name not in alice.list_all_sandboxes()
     with pytest.raises(SandboxNotFoundError):
         alice.get_sandbox(sandbox.claim_name, resolve_timeout=2)
+
+
+def test_a_named_claim_is_adopted_and_kept_apart_from_its_sandbox_id(alice: SandboxClient) -> None:
+    sandbox = alice.create_sandbox(warmpool="python-pool", claim_name="my-claim")
+    again = alice.create_sandbox(warmpool="python-pool", claim_name="my-claim", adopt_existing=True)
+    assert (sandbox.claim_name, again.sandbox_id) == ("my-claim", sandbox.sandbox_id)
+    assert sandbox.sandbox_id != "my-claim"
+    sandbox.files.write("big.bin", b"x" * 300_000)
+    sink = io.BytesIO()
+    assert sandbox.files.read_to("big.bin", sink) == 300_000 and sink.getvalue() == b"x" * 300_000
+    with pytest.raises(NotImplementedError):
+        sandbox.files.delete("big.bin")  # the client's own refusal: its router mode speaks the python runtime's API
+    alice.delete_sandbox("my-claim")
+
+
+def test_sandboxd_files_api_through_the_router(router: Router, alice: SandboxClient) -> None:
+    """`/v1/files/...`, for the client versions that send sandboxd's file calls through the router."""
+    sandbox = alice.create_sandbox(warmpool="python-pool")
+    headers = {"Authorization": f"Bearer {TOKENS['alice']}", "X-Sandbox-ID": sandbox.sandbox_id,
+               "X-Sandbox-Namespace": "default", "X-Sandbox-Port": "8888"}
+    with httpx.Client(base_url=router.url, headers=headers) as http:
+        assert http.put("/v1/files/d%2Fa.txt", content=b"sandboxd").status_code == 204
+        assert http.get("/v1/files/d%2Fa.txt").content == b"sandboxd"
+        assert http.head("/v1/files/d%2Fa.txt").status_code == 200
+        listing = http.get("/v1/files/d").json()
+        assert [(e["name"], e["type"], e["size"]) for e in listing["entries"]] == [("a.txt", "file", 8)]
+        assert http.delete("/v1/files/d?recursive=true").status_code == 204
+        assert http.head("/v1/files/d%2Fa.txt").status_code == 404
+        assert http.post("/execute", json={"command": "true"}, headers={"X-Sandbox-ID": "x/y"}).status_code == 400
+        assert http.post("/execute", content=b"{", headers={}).json()["detail"].startswith("the body is not JSON")
+        assert http.post("/execute", json={"command": "true"},
+                         headers={"X-Sandbox-Namespace": "elsewhere"}).status_code == 404
+    alice.delete_sandbox(sandbox.claim_name)
+
+
+def test_the_data_plane_needs_a_token(router: Router, alice: SandboxClient) -> None:
+    sandbox = alice.create_sandbox(warmpool="python-pool")
+    anonymous = SandboxClient(connection_config=SandboxDirectConnectionConfig(api_url=router.url),
+                              api_client=config.new_client_from_config(router.kubeconfig("alice")))
+    with pytest.raises(SandboxRequestError) as raised:
+        anonymous.get_sandbox(sandbox.claim_name).commands.run("true")
+    assert raised.value.status_code == 401
+    alice.delete_sandbox(sandbox.claim_name)
 
 
 def test_command_timeouts_kill_the_command(alice: SandboxClient) -> None:
