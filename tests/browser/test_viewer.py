@@ -82,6 +82,8 @@ def check_viewer(page: Any, run: Path) -> None:
     assert page.text_content(".episode h3") == solved["episode_id"]
     assert MARKUP in page.text_content('.step[data-step="0"] pre.observation')
     assert "cpu_seconds" in page.text_content(".episode table.fields")
+    cpu = (solved.get("cost") or {}).get("cpu_seconds", solved["cpu_seconds"])
+    assert page.text_content(f'.episodes tr[data-id="{solved["episode_id"]}"] .cpu') == f"{cpu:.3f}"
     page.select_option("[data-role=order]", "reward-desc")
     assert page.text_content(".episodes tbody tr:first-child .reward") == "1"
     assert page.locator(".episode img").count() == 0 and page.evaluate("window.__pwned") is None

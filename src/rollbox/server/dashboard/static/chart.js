@@ -55,9 +55,8 @@ export class LineChart {
         .map((p) => `${sx(p.x).toFixed(1)},${sy(p[s.name]).toFixed(1)}`).join(" ");
       if (line) {
         parts.push(svg("polyline", { points: line, fill: "none", stroke: s.color, "stroke-width": 1.5, "data-series": s.name }));
-        for (const p of points.length <= 60 ? points : []) {
-          if (p[s.name] !== undefined) parts.push(svg("circle", { cx: sx(p.x), cy: sy(p[s.name]), r: 2, fill: s.color }));
-        }
+        const last = points.filter((p) => p[s.name] !== undefined && p[s.name] !== null).at(-1);
+        parts.push(svg("circle", { cx: sx(last.x), cy: sy(last[s.name]), r: 2.5, fill: s.color })); // the latest figure
       }
       parts.push(svg("text", { x: PAD.left + 8 + index * 90, y: PAD.top + 10, fill: s.color, class: "legend" }, s.name));
     });

@@ -166,6 +166,7 @@ async function refresh() {
   if (ids.length) renderStats(await api(`/dashboard/api/stats?ids=${ids.map(encodeURIComponent).join(",")}`), overview.now);
   await renderCommands();
   state.updates += 1;
+  if (state.updates === 1) performance.mark("rollbox-first-update"); // once: marks would pile up
   document.body.dataset.updates = String(state.updates);
   setText(byId("updated"), `updated ${new Date(overview.now * 1000).toLocaleTimeString()}`);
 }

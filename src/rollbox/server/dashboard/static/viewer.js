@@ -50,16 +50,15 @@ export function rewardCurve(episodes) {
     points: episodes.map((episode, x) => { total += Number(episode.reward) || 0; return { x, mean: total / (x + 1) }; }) };
 }
 
-// The cost an episode carries, in one figure to sort and show: its priced cost when the run has one,
-// else its CPU-seconds.
-function costOf(episode) {
-  const cost = episode.cost;
-  if (typeof cost === "number") return cost;
-  if (cost && typeof cost === "object") {
-    for (const key of ["price", "usd", "money", "total"]) if (typeof cost[key] === "number") return cost[key];
-    if (typeof cost.cpu_seconds === "number") return cost.cpu_seconds;
-  }
-  return typeof episode.cpu_seconds === "number" ? episode.cpu_seconds : null;
+// The CPU-seconds an episode's claim used (its `cost`, from the cgroups), or the older `cpu_seconds` field.
+function cpuOf(episode) {
+  const seconds = episode.cost?.cpu_seconds ?? episode.cpu_seconds;
+  return typeof seconds === "number" ? seconds : null;
+}
+
+function memoryOf(episode) {
+  const gbSeconds = episode.cost?.memory_gb_seconds;
+  return typeof gbSeconds === "number" ? gbSeconds : null;
 }
 
 function show(value) {
@@ -87,7 +86,7 @@ export class Viewer {
     for (const task of tasks) { const option = el("option", { text: task }); option.value = task; this.task.append(option); }
     this.order = el("select", { "data-role": "order" });
     for (const [value, label] of [["file", "in file order"], ["reward-desc", "reward, highest first"],
-      ["reward-asc", "reward, lowest first"], ["cost-desc", "cost, highest first"]]) {
+      ["reward-asc", "reward, lowest first"], ["cost-desc", "CPU-seconds, most first"]]) {
       const option = el("option", { text: label });
       option.value = value;
       this.order.append(option);
@@ -96,20 +95,21 @@ export class Viewer {
     this.order.addEventListener("change", () => this.renderList());
     const resolved = episodes.filter((e) => e.resolved).length;
     const mean = episodes.reduce((sum, e) => sum + (Number(e.reward) || 0), 0) / (episodes.length || 1);
-    const cpu = episodes.reduce((sum, e) => sum + (Number(e.cpu_seconds) || 0), 0);
+    const cpu = episodes.reduce((sum, e) => sum + (cpuOf(e) ?? 0), 0);
+    const memory = episodes.reduce((sum, e) => sum + (memoryOf(e) ?? 0), 0);
     this.list = el("tbody");
     this.detail = el("div", { class: "episode", "data-role": "episode" });
     const chart = el("div", { class: "chart", "data-role": "reward-curve" });
     this.root.replaceChildren(
       el("p", { class: "summary", "data-role": "summary",
         text: `${name}: ${episodes.length} episodes of ${tasks.length} tasks; mean reward ${number(mean, 3)}; `
-          + `${resolved} resolved; ${number(cpu, 1)} CPU-seconds` }),
+          + `${resolved} resolved; ${number(cpu, 1)} CPU-seconds, ${number(memory, 3)} memory GB-seconds` }),
       ...problems.map((problem) => el("p", { class: "error", text: problem })),
       el("figure", {}, el("figcaption", { text: "Reward curve" }), chart),
       el("div", { class: "filters" }, el("label", {}, "Task ", this.task), el("label", {}, "Order ", this.order)),
       el("div", { class: "split" },
         el("table", { class: "episodes" }, el("thead", {}, el("tr", {}, ...["Episode", "Task", "Reward", "Resolved", "Steps",
-          "Wall s", "Cost"].map((h) => el("th", { text: h })))), this.list),
+          "Wall s", "CPU-s", "Mem GB-s"].map((h) => el("th", { text: h })))), this.list),
         this.detail));
     const curve = rewardCurve(episodes);
     chart.dataset.points = String(curve.points.length);
@@ -123,14 +123,15 @@ export class Viewer {
     const task = this.task.value;
     const shown = this.episodes.filter((e) => !task || e.task_id === task);
     const order = this.order.value;
-    const key = order.startsWith("reward") ? (e) => Number(e.reward) || 0 : (e) => costOf(e) ?? 0;
+    const key = order.startsWith("reward") ? (e) => Number(e.reward) || 0 : (e) => cpuOf(e) ?? 0;
     if (order !== "file") shown.sort((a, b) => (order.endsWith("desc") ? key(b) - key(a) : key(a) - key(b)));
     this.list.replaceChildren(...shown.map((episode) => {
       const row = el("tr", { "data-id": episode.episode_id },
         el("td", { text: episode.episode_id }), el("td", { text: episode.task_id }),
         el("td", { class: "num reward", text: show(episode.reward) }), el("td", { text: episode.resolved ? "yes" : "no" }),
         el("td", { class: "num steps", text: episode.steps.length }), el("td", { class: "num", text: number(episode.wall_s, 2) }),
-        el("td", { class: "num", text: show(costOf(episode)) }));
+        el("td", { class: "num cpu", text: number(cpuOf(episode), 3) }),
+        el("td", { class: "num memory", text: number(memoryOf(episode), 4) }));
       row.classList.toggle("selected", episode === this.selected);
       row.addEventListener("click", () => this.select(episode));
       return row;
