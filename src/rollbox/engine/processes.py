@@ -24,6 +24,9 @@ BuildRequest = Callable[..., AgentRequest]
 PTY_TERM = "xterm-256color"
 SHELL = "if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; else exec /bin/sh; fi"
 """A shell session runs bash where the sandbox has it, else /bin/sh."""
+STREAM_BUFFER = 1 << 16
+"""Bytes of a process's output a stream reads ahead of its consumer (asyncio holds up to twice this): what the
+host holds for a reader that stopped reading. The rest waits in the agent's ring."""
 ANSWER_TIMEOUT = 30.0
 """Seconds to wait for the agent to answer an operation (not a stream) before it counts as lost."""
 INTERRUPT_GRACE = 1.0
@@ -98,7 +101,7 @@ class ContainerProcesses:
     async def _connect(self, process_id: str = "") -> _Connection:
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                reader, writer = await asyncio.open_unix_connection(self._agent.socket_path, limit=1 << 20)
+                reader, writer = await asyncio.open_unix_connection(self._agent.socket_path, limit=STREAM_BUFFER)
         except (OSError, TimeoutError):
             raise _lost(self._agent.container_id) from None
         return _Connection(reader, writer, process_id)
