@@ -16,6 +16,7 @@ from e2b import (
     AsyncSandbox,
     AuthenticationException,
     CommandExitException,
+    PtySize,
     Sandbox,
     SandboxException,
     SandboxNotFoundException,
@@ -145,6 +146,44 @@ def test_the_daemon_opens_a_sandbox_only_with_its_own_access_token() -> None:
         assert theirs.files.read("/opt/data/file") == "baseline\n"
 
 
+def test_background_commands_have_handles() -> None:
+    with Sandbox.create(template="e2b-pool") as sandbox:
+        echo = sandbox.commands.run("cat", background=True, stdin=True)
+        assert echo.pid in [process.pid for process in sandbox.commands.list()]
+        sandbox.commands.send_stdin(echo.pid, "line one\n")
+        echo.send_stdin("line two\n")
+        echo.close_stdin()
+        assert echo.wait().stdout == "line one\nline two\n"
+
+        sleeper = sandbox.commands.run("sleep 100", background=True)
+        assert sleeper.kill()
+        with pytest.raises(CommandExitException):
+            sleeper.wait()
+        assert not sandbox.commands.kill(sleeper.pid)  # gone
+
+        lines = sandbox.commands.run("cat", background=True, stdin=True)
+        sandbox.commands.stream_input(lines.pid, [b"a\n", "b\n"])
+        lines.close_stdin()
+        assert lines.wait().stdout == "a\nb\n"
+
+        screen: list[bytes] = []
+        terminal = sandbox.pty.create(PtySize(rows=24, cols=80))
+        sandbox.pty.resize(terminal.pid, PtySize(rows=30, cols=100))
+        sandbox.pty.send_stdin(terminal.pid, b"echo pty-$((6*7)); stty size; exit\n")
+        terminal.wait(on_pty=screen.append)
+        assert "pty-42" in b"".join(screen).decode() and "30 100" in b"".join(screen).decode()
+
+        ticks = sandbox.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", background=True)
+        ticks.disconnect()
+        assert sandbox.commands.connect(ticks.pid).wait().stdout.split()[-1] == "3"
+
+        arrivals: list[float] = []
+        started = time.monotonic()
+        sandbox.commands.run("echo first; sleep 1; echo second",
+                             on_stdout=lambda _: arrivals.append(time.monotonic() - started))
+        assert len(arrivals) == 2 and arrivals[0] < 0.8 and arrivals[1] >= 1  # streamed as it came
+
+
 def test_pause_connect_and_fork() -> None:
     sandbox = Sandbox.create(template="e2b-pool")
     try:
@@ -155,6 +194,12 @@ def test_pause_connect_and_fork() -> None:
         resumed = Sandbox.connect(sandbox.sandbox_id)
         assert resumed.get_info().state == SandboxState.RUNNING
         assert resumed.commands.run("cat /tmp/state").stdout == "kept"
+
+        snapshot = sandbox.create_snapshot()
+        assert snapshot.snapshot_id in [found.snapshot_id for found in Sandbox.list_snapshots().next_items()]
+        with Sandbox.create(template=snapshot.snapshot_id) as started:
+            assert started.commands.run("cat /tmp/state").stdout == "kept"
+        assert Sandbox.delete_snapshot(snapshot.snapshot_id)
 
         children = sandbox.fork(count=2)
         assert len(children) == 2
@@ -178,6 +223,9 @@ async def test_async_sandbox() -> None:
         assert [entry.name for entry in await sandbox.files.list("/tmp/async")] == ["a.txt"]
         with pytest.raises(CommandExitException):
             await sandbox.commands.run("exit 1")
+        handle = await sandbox.commands.run("read line; echo got $line", background=True, stdin=True)
+        await handle.send_stdin("it\n")
+        assert (await handle.wait()).stdout == "got it\n"
         assert (await sandbox.get_info()).sandbox_id == sandbox.sandbox_id
     finally:
         await sandbox.kill()

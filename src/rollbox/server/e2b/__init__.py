@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from starlette.routing import Router
+from starlette.routing import Router, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollbox.node import Node
@@ -17,7 +17,7 @@ from rollbox.server.e2b import api
 from rollbox.server.e2b.access import Access
 from rollbox.server.e2b.envd import Daemon
 
-PREFIXES = ("/sandboxes", "/v2/sandboxes", "/process.Process/", "/filesystem.Filesystem/")
+PREFIXES = ("/sandboxes", "/v2/sandboxes", "/snapshots", "/templates", "/process.Process/", "/filesystem.Filesystem/")
 PATHS = frozenset({"/files", "/health"})
 """The paths the SDK calls (these and those under PREFIXES); none is a path of rollbox's own API."""
 
@@ -28,7 +28,8 @@ class Facade:
     def __init__(self, app: ASGIApp, node: Node, tokens: dict[str, str] | None, admins: Iterable[str] = ()) -> None:
         self.app = app
         access = Access(tokens, admins)
-        self.router = Router(api.routes(node, access) + Daemon(node, access).routes())
+        routes = api.routes(node, access) + Daemon(node, access).routes()
+        self.router = Router(routes, default=request_response(api.not_served))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and (scope["path"] in PATHS or scope["path"].startswith(PREFIXES)):

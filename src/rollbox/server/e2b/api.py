@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rollbox.errors import NodeLost, NotFound, RollboxError, SandboxNotRunning, UnprocessableBody
+from rollbox.errors import NodeLost, NotFound, RollboxError, SandboxNotRunning, TemplateNotFound, UnprocessableBody
 from rollbox.models import MAX_FORK, ClaimRequest, SandboxInfo
 from rollbox.node import Node
 from rollbox.server.e2b.access import Access
@@ -52,6 +53,10 @@ class Timeout(Body):
 
 class ConnectSandbox(Body):
     timeout: int | None = Field(None, ge=1)
+
+
+class Snapshot(Body):
+    name: str | None = None
 
 
 class Fork(Body):
@@ -89,12 +94,18 @@ def routes(node: Node, access: Access) -> list[Route]:
                 "envdVersion": ENVD_VERSION, "metadata": info.labels}
 
     async def claim(tenant: str, name: str, **options: Any) -> SandboxInfo:
+        """From the warm pool `name`, else the template `name`, else the tenant's snapshot `name`."""
         try:
             return await node.claim(tenant, ClaimRequest(warmpool=name, **options))
         except NotFound as error:
-            if type(error) is not NotFound:  # the pool exists; its template or a snapshot does not
+            if type(error) is not NotFound:  # the pool exists; its template does not
                 raise
-        return await node.claim(tenant, ClaimRequest(template=name, **options))
+        try:
+            return await node.claim(tenant, ClaimRequest(template=name, **options))
+        except TemplateNotFound:
+            if not any(snapshot.name == name for snapshot in await node.snapshots(tenant)):
+                raise
+        return await node.claim(tenant, ClaimRequest(snapshot=name, **options))
 
     async def create(request: Request, tenant: str) -> Response:
         body = await _parse(request, NewSandbox)
@@ -162,6 +173,22 @@ def routes(node: Node, access: Access) -> list[Route]:
         children = await node.fork(tenant, request.path_params["sandbox_id"], body.count)
         return JSONResponse([{"sandbox": created(tenant, child)} for child in children], 201)
 
+    async def snapshot(request: Request, tenant: str) -> Response:
+        body = await _parse(request, Snapshot)
+        name = body.name or f"snapshot-{secrets.token_hex(6)}"
+        await node.snapshot(tenant, request.path_params["sandbox_id"], name)
+        return JSONResponse({"snapshotID": name, "names": [name]}, 201)
+
+    async def list_snapshots(request: Request, tenant: str) -> Response:
+        query = request.query_params
+        found = [{"snapshotID": info.name, "names": [info.name]} for info in await node.snapshots(tenant)
+                 if query.get("sandboxID") in (None, info.source) and query.get("name") in (None, info.name)]
+        return JSONResponse(found)
+
+    async def delete_snapshot(request: Request, tenant: str) -> Response:
+        await node.delete_snapshot(tenant, request.path_params["name"])
+        return Response(status_code=204)
+
     async def metrics(request: Request, tenant: str) -> Response:
         stats = await node.stats(tenant, request.path_params["sandbox_id"])
         return JSONResponse([{"timestamp": _iso(time.time()), "timestampUnix": int(time.time()), "cpuCount": 0,
@@ -183,7 +210,16 @@ def routes(node: Node, access: Access) -> list[Route]:
         Route(f"/v2{one}/connect", api(connect), methods=["POST"]),
         Route(f"{one}/fork", api(fork), methods=["POST"]),
         Route(f"{one}/metrics", api(metrics), methods=["GET"]),
+        Route(f"{one}/snapshots", api(snapshot), methods=["POST"]),
+        Route("/snapshots", api(list_snapshots), methods=["GET"]),
+        Route("/templates/{name}", api(delete_snapshot), methods=["DELETE"]),
     ]
+
+
+async def not_served(request: Request) -> Response:
+    """What the SDK asks of E2B that rollbox does not serve: a JSON error it reads, never a bare page."""
+    return JSONResponse({"code": 501, "message": f"{request.method} {request.url.path} is not served by rollbox: "
+                                                 "see docs/compat-e2b.md"}, 501)
 
 
 async def _parse(request: Request, model: type[BodyT]) -> BodyT:

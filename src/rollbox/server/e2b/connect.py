@@ -1,9 +1,10 @@
 """The Connect protocol over ASGI: unary and server-streaming calls, in JSON or binary protobuf.
 
 A unary call is a POST whose body is the message (`application/json` or `application/proto`); it answers
-the message, or an error as `{"code", "message"}` with the code's HTTP status. A server-streaming call
-(`application/connect+json` or `+proto`) sends its request in one envelope and answers 200 with a stream
-of envelopes (a flags byte and a 4-byte big-endian length before each message), closed by an end-of-stream
+the message, or an error as `{"code", "message"}` with the code's HTTP status. A streaming call
+(`application/connect+json` or `+proto`) frames each message in an envelope (a flags byte and a 4-byte
+big-endian length): a server-streaming call sends one and answers 200 with a stream of them, a
+client-streaming call sends a stream of them and answers one; either answer is closed by an end-of-stream
 envelope (flag 0x02) whose JSON carries the error if the call failed. Compression is not offered, so
 clients send none.
 """
@@ -23,6 +24,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 ENVELOPE = struct.Struct(">BI")
+MAX_MESSAGE = 16 * 2**20
+"""The largest message a client stream may carry."""
 COMPRESSED, END_STREAM = 0x01, 0x02
 STATUS = {"canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline_exceeded": 504, "not_found": 404,
           "already_exists": 409, "permission_denied": 403, "resource_exhausted": 429, "failed_precondition": 400,
@@ -56,6 +59,7 @@ class Call:
 
 
 Unary = Callable[[Call, Any], Awaitable[Message]]
+"""Also a client stream's handler, which gets an async iterator of the messages instead of one."""
 ServerStream = Callable[[Call, Any], AsyncIterator[Message]]
 Guard = Callable[[Request], Awaitable[Any]]
 """Runs before a call's body is read: answers what `Call.context` holds, or raises to refuse the call."""
@@ -68,6 +72,9 @@ class Method:
     request: type[Message]
     handler: Unary | ServerStream
     streaming: bool = False
+    """The server streams its answer."""
+    client_streaming: bool = False
+    """The client streams its request."""
 
 
 class Codec:
@@ -102,14 +109,18 @@ STREAM_TYPES = {"application/connect+json": JSON, "application/connect+proto": P
 async def handle(request: Request, method: Method, guard: Guard, translate: Translate) -> Response:
     """Serves one call of `method`: errors before a stream starts answer as a unary error would."""
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    codec = (STREAM_TYPES if method.streaming else UNARY_TYPES).get(media)
+    types = STREAM_TYPES if method.streaming or method.client_streaming else UNARY_TYPES
+    codec = types.get(media)
     if codec is None:
-        kinds = ", ".join(STREAM_TYPES if method.streaming else UNARY_TYPES)
+        kinds = ", ".join(types)
         return _error(RpcError("invalid_argument", f"content type {media or 'none'!r}: send one of {kinds}"),
                       status=415)
     try:
         call = Call(request, _deadline(request.headers.get("connect-timeout-ms")))
         call.context = await guard(request)
+        if method.client_streaming:
+            answer = await method.handler(call, _messages(request, codec, method.request))  # type: ignore[misc]
+            return Response(_envelope(0, codec.encode(answer)) + _envelope(END_STREAM, b"{}"), media_type=media)
         raw = await request.body()
         message = codec.decode(_unwrap(raw) if method.streaming else raw, method.request)
         if not method.streaming:
@@ -141,6 +152,26 @@ async def _stream(codec: Codec, first: Message | None, events: AsyncIterator[Mes
 
 def _envelope(flags: int, data: bytes) -> bytes:
     return ENVELOPE.pack(flags, len(data)) + data
+
+
+async def _messages(request: Request, codec: Codec, kind: type[Message]) -> AsyncIterator[Message]:
+    """A client stream's messages, each as soon as its envelope is whole."""
+    buffer = b""
+    async for chunk in request.stream():
+        buffer += chunk
+        while len(buffer) >= ENVELOPE.size:
+            flags, length = ENVELOPE.unpack_from(buffer)
+            if flags & COMPRESSED:
+                raise RpcError("unimplemented", "compressed messages are not accepted: send them uncompressed")
+            if length > MAX_MESSAGE:
+                raise RpcError("resource_exhausted", f"a message of {length} bytes: send at most {MAX_MESSAGE}")
+            if len(buffer) < ENVELOPE.size + length:
+                break
+            raw, buffer = buffer[ENVELOPE.size:ENVELOPE.size + length], buffer[ENVELOPE.size + length:]
+            if not flags & END_STREAM:
+                yield codec.decode(raw, kind)
+    if buffer:
+        raise RpcError("invalid_argument", "the request stream ended inside an envelope")
 
 
 def _unwrap(raw: bytes) -> bytes:

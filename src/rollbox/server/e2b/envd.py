@@ -3,18 +3,17 @@
 Every call names its sandbox (`E2b-Sandbox-Id`) and carries the access token the REST API gave out with it
 (access.py); one whose token does not open that sandbox, or whose sandbox is gone, answers as E2B's proxy
 does for a sandbox that is not there (502, "... was not found"), which the SDK reads as
-`SandboxNotRunningException`. The process service runs commands through the node's exec path; the
+`SandboxNotRunningException`. The process service runs every command as one of the node's background
+processes (docs/processes.md), since the SDK asks for a foreground and a background command alike; the
 filesystem service and the `/files` endpoint go to the node's file operations.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import email.parser
 import email.policy
-import itertools
 import logging
 import posixpath
 import signal
@@ -38,8 +37,9 @@ from rollbox.errors import (
     SandboxNotRunning,
     TooLarge,
     Unauthorized,
+    from_code,
 )
-from rollbox.models import ExecRequest, ExecResult, FileInfo
+from rollbox.models import ExecRequest, ExecResult, FileInfo, ProcessControl, ProcessInfo, ProcessRequest, PtySize
 from rollbox.node import Node
 from rollbox.server.e2b.access import Access
 from rollbox.server.e2b.connect import Call, Method, RpcError, handle
@@ -105,13 +105,16 @@ class Daemon:
     def __init__(self, node: Node, access: Access) -> None:
         self.node = node
         self.access = access
-        self._pids = itertools.count(1000)
-        self._running: dict[tuple[str, int], asyncio.Task[ExecResult]] = {}
-        """Commands in flight, by sandbox id and the pid they were announced with."""
         self.methods: dict[str, Method] = {
             "/process.Process/Start": Method(P("process.StartRequest"), self.start, streaming=True),
+            "/process.Process/Connect": Method(P("process.ConnectRequest"), self.connect, streaming=True),
             "/process.Process/List": Method(P("process.ListRequest"), self.list_processes),
             "/process.Process/SendSignal": Method(P("process.SendSignalRequest"), self.send_signal),
+            "/process.Process/SendInput": Method(P("process.SendInputRequest"), self.send_input),
+            "/process.Process/StreamInput": Method(P("process.StreamInputRequest"), self.stream_input,
+                                                   client_streaming=True),
+            "/process.Process/CloseStdin": Method(P("process.CloseStdinRequest"), self.close_stdin),
+            "/process.Process/Update": Method(P("process.UpdateRequest"), self.update),
             "/filesystem.Filesystem/Stat": Method(P("filesystem.StatRequest"), self.stat),
             "/filesystem.Filesystem/ListDir": Method(P("filesystem.ListDirRequest"), self.list_dir),
             "/filesystem.Filesystem/MakeDir": Method(P("filesystem.MakeDirRequest"), self.make_dir),
@@ -147,52 +150,108 @@ class Daemon:
     # -- processes ---------------------------------------------------------------------------
 
     async def start(self, call: Call, request: Any) -> AsyncIterator[Message]:
+        """Starts a background process and follows it: a foreground `commands.run` and a background handle send the
+        same call, and a handle may kill it, write its stdin or let go of it and connect again later."""
         sandbox: Sandbox = call.context
         config = request.process
-        if request.HasField("pty"):
-            raise RpcError("unimplemented", "terminals (pty) are not served yet: see docs/compat-e2b.md")
-        exec_request = ExecRequest(command=[config.cmd, *config.args], env=dict(config.envs) or None,
-                                   cwd=config.cwd if config.HasField("cwd") else None,
-                                   user=_basic_user(call.request.headers.get("authorization")),
-                                   timeout=call.timeout())
-        output: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
-        pid = next(self._pids)
-        task = asyncio.ensure_future(self.node.exec(
-            sandbox.tenant, sandbox.id, exec_request, lambda data: output.put_nowait(("stdout", data)),
-            lambda data: output.put_nowait(("stderr", data))))
-        task.add_done_callback(lambda _: output.put_nowait(None))
-        key = (sandbox.id, pid)
-        self._running[key] = task
-        try:
-            yield _event(start={"pid": pid})
-            while (item := await output.get()) is not None:
-                yield _event(data={item[0]: item[1].encode()})
-            if task.cancelled():
-                yield _event(end={"exit_code": -1, "exited": False, "status": "signal: killed"})
+        size = request.pty.size if request.HasField("pty") else None
+        info = await self.node.start_process(sandbox.tenant, sandbox.id, ProcessRequest(
+            command=[config.cmd, *config.args], env=dict(config.envs) or None,
+            cwd=config.cwd if config.HasField("cwd") else None,
+            user=_basic_user(call.request.headers.get("authorization")),
+            pty=PtySize(rows=size.rows or 24, cols=size.cols or 80) if size is not None else None,
+            close_stdin=request.HasField("stdin") and not request.stdin, timeout=call.timeout(),
+            tag=request.tag if request.HasField("tag") else None))
+        async for event in self._follow(sandbox, info.id, 0, pty=size is not None):
+            yield event
+
+    async def connect(self, call: Call, request: Any) -> AsyncIterator[Message]:
+        """Follows a running process again, from its output of now on."""
+        sandbox: Sandbox = call.context
+        info = await self._find(sandbox, request.process)
+        async for event in self._follow(sandbox, info.id, None, pty=info.pty, response="process.ConnectResponse"):
+            yield event
+
+    async def _follow(self, sandbox: Sandbox, process_id: str, offset: int | None, *, pty: bool,
+                      response: str = "process.StartResponse") -> AsyncIterator[Message]:
+        async for event in self.node.process_events(sandbox.tenant, sandbox.id, process_id, offset):
+            if event.type == "start":
+                yield _event(response, start={"pid": event.pid or 0})
+            elif event.type in ("stdout", "stderr"):
+                yield _event(response, data={"pty" if pty else event.type: event.data.encode()})
+            elif event.type == "error":
+                raise rpc_error(from_code(event.code or "internal", event.message or "the process was lost"))
+            elif event.type == "end" and event.result is not None:
+                await self.node.delete_process(sandbox.tenant, sandbox.id, process_id)  # told: nothing to keep
+                if event.result.timed_out:
+                    raise RpcError("deadline_exceeded", "the command ran past its timeout and was killed")
+                yield _event(response, end=_end(event.result))
                 return
-            result = task.result()
-            if result.timed_out:
-                raise RpcError("deadline_exceeded", "the command ran past its timeout and was killed")
-            yield _event(end=_end(result))
-        finally:
-            self._running.pop(key, None)
-            task.cancel()
+
+    async def _find(self, sandbox: Sandbox, selector: Any) -> ProcessInfo:
+        """The process a selector names by pid or tag: a running one before one that ended."""
+        field = selector.WhichOneof("selector")
+        value = getattr(selector, field) if field else None
+        found = sorted((info for info in await self.node.processes(sandbox.tenant, sandbox.id)
+                        if getattr(info, field or "pid") == value), key=lambda info: (info.running, info.started_at))
+        if not found:
+            raise RpcError("not_found", f"no process with {field} {value!r}")
+        return found[-1]
+
+    async def _control(self, call: Call, selector: Any, control: ProcessControl) -> None:
+        sandbox: Sandbox = call.context
+        info = await self._find(sandbox, selector)
+        await self.node.control_process(sandbox.tenant, sandbox.id, info.id, control)
 
     async def list_processes(self, call: Call, request: Any) -> Message:
         sandbox: Sandbox = call.context
         answer = P("process.ListResponse")()
-        for sandbox_id, pid in list(self._running):
-            if sandbox_id == sandbox.id:
-                answer.processes.add(pid=pid)
+        for info in await self.node.processes(sandbox.tenant, sandbox.id):
+            if info.running:
+                entry = answer.processes.add(pid=info.pid)
+                entry.config.cmd, *args = info.command or [""]
+                entry.config.args.extend(args)
+                if info.cwd is not None:
+                    entry.config.cwd = info.cwd
+                if info.tag is not None:
+                    entry.tag = info.tag
         return answer
 
     async def send_signal(self, call: Call, request: Any) -> Message:
-        sandbox: Sandbox = call.context
-        task = self._running.get((sandbox.id, request.process.pid))
-        if task is None:
-            raise RpcError("not_found", f"process {request.process.pid} is not running")
-        task.cancel()
+        await self._control(call, request.process, ProcessControl(signal=request.signal or signal.SIGKILL))
         return P("process.SendSignalResponse")()
+
+    async def send_input(self, call: Call, request: Any) -> Message:
+        data = getattr(request.input, request.input.WhichOneof("input") or "stdin")
+        await self._control(call, request.process, ProcessControl(stdin=data.decode(errors="replace")))
+        return P("process.SendInputResponse")()
+
+    async def stream_input(self, call: Call, requests: AsyncIterator[Any]) -> Message:
+        """Input in order over one stream: the process first, then its data."""
+        sandbox: Sandbox = call.context
+        target: ProcessInfo | None = None
+        async for message in requests:
+            kind = message.WhichOneof("event")
+            if kind == "start":
+                target = await self._find(sandbox, message.start.process)
+            elif kind == "data":
+                if target is None:
+                    raise RpcError("failed_precondition", "name the process in the stream's first message")
+                data = getattr(message.data.input, message.data.input.WhichOneof("input") or "stdin")
+                await self.node.control_process(sandbox.tenant, sandbox.id, target.id,
+                                                ProcessControl(stdin=data.decode(errors="replace")))
+        return P("process.StreamInputResponse")()
+
+    async def close_stdin(self, call: Call, request: Any) -> Message:
+        await self._control(call, request.process, ProcessControl(close_stdin=True))
+        return P("process.CloseStdinResponse")()
+
+    async def update(self, call: Call, request: Any) -> Message:
+        if request.HasField("pty"):
+            size = request.pty.size
+            await self._control(call, request.process, ProcessControl(resize=PtySize(rows=size.rows or 24,
+                                                                                      cols=size.cols or 80)))
+        return P("process.UpdateResponse")()
 
     # -- filesystem --------------------------------------------------------------------------
 
@@ -268,8 +327,8 @@ class Daemon:
         return Response(status_code=204)
 
 
-def _event(**event: Any) -> Message:
-    answer = P("process.StartResponse")()
+def _event(response: str, **event: Any) -> Message:
+    answer = P(response)()
     for name, fields in event.items():
         getattr(answer.event, name).SetInParent()
         for key, value in fields.items():
