@@ -17,6 +17,7 @@ from rollbox.client import AsyncSandboxClient, SandboxClient
 from rollbox.engine import Engine
 from rollbox.errors import VolumeInUse, VolumeNotFound
 from tests.server.test_server import TEMPLATE, TOKENS, Server
+from tests.support.cluster import wait_for
 from tests.support.engines import teardown_engine
 from tests.support.volumes import loop_devices, mounted
 
@@ -185,3 +186,27 @@ def test_the_cli_creates_lists_and_removes_volumes(server: Server) -> None:
     assert rollbox("delete", "volume", "cli-cache").stdout.strip() == "volume/cli-cache deleted"
     missing = rollbox("volume", "rm", "cli-cache")
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def test_a_template_declares_volumes_its_claims_mount(server: Server) -> None:
+    alice = SandboxClient(server.url, token=TOKENS["alice"])
+    template = {**TEMPLATE, "metadata": {"name": "cached"},
+                "spec": {**TEMPLATE["spec"], "volumes": [{"name": "pip-cache", "mountPath": "/cache", "size": "16Mi"}]}}
+    pool = {"kind": "SandboxWarmPool", "metadata": {"name": "cached"},
+            "spec": {"replicas": 1, "sandboxTemplateRef": {"name": "cached"}}}
+    alice.apply(_yaml(template) + "---\n" + _yaml(pool))
+    wait_for(lambda: alice.get_warmpool("cached").ready == 1, "the warm pool full")
+    first = alice.create_sandbox(warmpool="cached")  # started cold: a warm container has no volume
+    assert [volume.name for volume in first.info.volumes] == ["pip-cache"]
+    assert first.run("echo wheel > /cache/pkg && cat /cache/pkg").stdout == "wheel\n"
+    with pytest.raises(VolumeInUse):
+        alice.create_sandbox(warmpool="cached")
+    reader = alice.create_sandbox(warmpool="cached", volumes=[{"name": "pip-cache", "mount_path": "/cache",
+                                                               "read_only": True}])
+    assert reader.run("cat /cache/pkg").stdout == "wheel\n"
+    assert alice.get_warmpool("cached").ready == 1  # the pool's warm container was never taken
+    for sandbox in (first, reader):
+        sandbox.delete()
+    alice.delete_warmpool("cached")
+    alice.delete_template("cached")
+    alice.delete_volume("pip-cache")
