@@ -16,6 +16,8 @@ TARGETS: dict[str, tuple[str, Callable[[Figures], bool]]] = {
     "exec_load": (">= 400/s", lambda m: m["per_s"] >= 400),
     "python_isolated": (">= 60/s", lambda m: m["per_s"] >= 60),
     "burst": ("all served, p99 <= 1 s", lambda m: m["n"] == m["requested"] and m["p99"] <= 1000),
+    "tracing_claim": ("tracing on: p50 <= 1.05 x off", lambda m: m["ratio"] <= 1.05),
+    "tracing_exec": ("tracing on: p50 <= 1.05 x off", lambda m: m["ratio"] <= 1.05),
 }
 """Issue 3 item 9's targets by phase, each client's figure held to them: reported, not asserted."""
 
@@ -50,7 +52,10 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
                                 "at once (an RL step's turnover: deletions and refill under way)",
               f"http_floor_c{CONCURRENCY[-1]}": f"HTTP floor: a constant answer from a bare ASGI app on uvicorn, "
                                                 f"{CONCURRENCY[-1]} clients back to back, loopback TCP",
-              f"http_floor_unix_c{CONCURRENCY[-1]}": "HTTP floor as above, on a unix socket"}
+              f"http_floor_unix_c{CONCURRENCY[-1]}": "HTTP floor as above, on a unix socket",
+              "tracing_claim_off": "warm claim, 1 client, tracing off", "tracing_claim": "warm claim, tracing on",
+              "tracing_claim_before": "warm claim, code before tracing", "tracing_exec_off": "exec true, tracing off",
+              "tracing_exec": "exec true, tracing on (OTLP)", "tracing_exec_before": "exec true, code before tracing"}
     if what in phases:
         return phases[what], {"raw": RawClient.label, "sdk": SdkClient.label}[client]
     return name.replace("_", " "), ""

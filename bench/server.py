@@ -19,7 +19,9 @@ second, CPU milliseconds per operation of the server process and of this one (th
 
 This script runs the phases in order; they live beside it: the clients in clients.py, the warm pool in pool.py,
 the claim phases in claims.py, the command phases in commands.py, CPU time and pinning in cpu.py, the table in
-report.py, and what all benchmarks share in common.py.
+report.py, and what all benchmarks share in common.py. With the embedded server, a last phase times warm claims and
+`exec true` with tracing off and on, in alternating rounds against two servers (tracing_cost.py; `--tracing-only`
+runs it alone, `--baseline-src DIR` adds a server of older code).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from report import missed, table
 from rollbox._signals import exit_on_sigterm
 from rollbox.engine import Container, Engine
 from rollbox.server.local import LocalServer
+from tracing_cost import tracing_overhead
 
 
 @contextlib.contextmanager
@@ -95,13 +98,22 @@ async def through_router(url: str, token: str | None, plan: Plan, server: int | 
     return figures
 
 
-def measure(plan: Plan) -> Figures:
+def measure(plan: Plan, baseline: Path | None, tracing_only: bool) -> Figures:
     figures: Figures = {"machine": machine()}
+    if tracing_only:
+        figures["machine"]["server"] = "embedded, unix"
+        with progress_bars() as progress:
+            figures.update(asyncio.run(tracing_overhead(plan, progress, baseline)))
+        figures["machine"]["load_after"] = load()
+        figures["missed"] = missed(figures)
+        return figures
     with progress_bars() as progress, throwaway_engine() as engine:
         figures.update(engine_direct(engine, plan, progress))
         with engine.create(TEMPLATE) as box, router(plan) as (url, token, server):
             figures["machine"]["server"] = url if server is None else f"embedded, {urlsplit(url).scheme}"
             figures.update(asyncio.run(through_router(url, token, plan, server, box, progress)))
+        if "ROLLBOX_URL" not in os.environ:
+            figures.update(asyncio.run(tracing_overhead(plan, progress, baseline)))
     figures["router_exec_overhead_ms"] = round(
         figures["exec_true_raw"]["p50"] - figures["engine_exec_async_true_ms"]["p50"], 3)
     figures["sdk_exec_overhead_ms"] = round(figures["exec_true_sdk"]["p50"] - figures["exec_true_raw"]["p50"], 3)
@@ -117,10 +129,14 @@ def main() -> None:
                         help=f"fewer samples and a burst of {QUICK.burst} claims (not {FULL.burst}): under a minute")
     parser.add_argument("--plot", type=Path, metavar="PNG",
                         help="also draw the claim phases' latency distributions, a panel per client, into PNG")
+    parser.add_argument("--tracing-only", action="store_true",
+                        help="only the tracing phase: claims and execs with tracing off and on (bench/tracing_cost.py)")
+    parser.add_argument("--baseline-src", type=Path, metavar="DIR",
+                        help="a checkout of rollbox before tracing: the tracing phase also runs a server of that code")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     start = time.perf_counter()
-    figures = measure(plan)
+    figures = measure(plan, args.baseline_src, args.tracing_only)
     figures["mode"] = "quick" if args.quick else "full"
     figures["plan"] = {"pool": plan.pool, "workers": plan.workers, "burst": plan.burst}
     figures["elapsed_s"] = round(time.perf_counter() - start, 1)

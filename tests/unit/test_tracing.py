@@ -13,7 +13,7 @@ import pytest
 from rollbox import tracing
 from rollbox.client._traced import describe
 from rollbox.server.routing import RouteSpec
-from rollbox.server.tracing import traced_endpoint, traced_node
+from rollbox.server.tracing import traced_endpoint
 
 CLEAN = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
 LOADS = """\
@@ -79,7 +79,5 @@ def test_each_call_is_named_for_its_operation(method: str, path: str, name: str)
 def test_a_server_without_tracing_runs_its_own_code_unwrapped() -> None:
     async def endpoint(*_: object) -> None: ...
 
-    node = object()
     assert not tracing.on
-    assert traced_node(node) is node  # type: ignore[arg-type]
     assert traced_endpoint(RouteSpec("GET", "/x", endpoint), endpoint) is endpoint  # type: ignore[arg-type]

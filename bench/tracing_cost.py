@@ -1,0 +1,183 @@
+"""What tracing costs: warm claims and `exec true` through the SDK against two embedded servers, one with tracing
+off and one exporting every span by OTLP, the client tracing only while it talks to the second, in alternating
+rounds so that both meet the same moments of a shared machine. With a baseline source tree (`--baseline-src`, a
+checkout of the code before tracing existed) a third server runs that code: tracing off must cost nothing beside
+it.
+
+The spans go to an OTLP/HTTP receiver in this process that reads and drops them, as a collector on another
+machine would take them off the server's hands (the server still encodes and sends every span).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from rich.progress import Progress
+
+from common import Figures, distribution, teardown
+from plan import Plan
+from pool import NAME, Control
+from rollbox import tracing
+from rollbox.client import AsyncSandboxClient
+from rollbox.engine import Engine
+from rollbox.server.local import LocalServer
+
+TARGET = 1.05
+"""Tracing on: p50 at most 5% above tracing off."""
+
+
+class Sink:
+    """An OTLP/HTTP receiver on 127.0.0.1 that counts the batches it is sent and drops them."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                sink.batches += 1
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextlib.contextmanager
+def environment(**changes: str | None) -> Iterator[None]:
+    """os.environ changed meanwhile (None removes a variable): an embedded server inherits it as it starts."""
+    before = dict(os.environ)
+    for key, value in changes.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+class Side:
+    """One embedded server, its client, and the samples taken through them."""
+
+    def __init__(self, name: str, root: Path, traced: bool, env: dict[str, str | None], pool: int) -> None:
+        self.name, self.traced, self.pool = name, traced, pool
+        self.data = root / name
+        with environment(**env):
+            self.server = LocalServer(self.data, max_sandboxes=2 * pool + 8).start()
+        self.client = AsyncSandboxClient(self.server.url)
+        self.control = Control(self.server.url, None)
+        self.claims: list[float] = []
+        self.execs: list[float] = []
+
+    async def claim_round(self, count: int) -> None:
+        await self.control.settle()
+        held = []
+        with self._tracing():
+            for _ in range(count):
+                started = time.perf_counter()
+                held.append(await self.client.create_sandbox(warmpool=NAME))
+                self.claims.append((time.perf_counter() - started) * 1000)
+        for sandbox in held:
+            await sandbox.delete()
+
+    async def exec_round(self, count: int) -> None:
+        await self.control.settle()
+        sandbox = await self.client.create_sandbox(warmpool=NAME)
+        try:
+            with self._tracing():
+                for _ in range(count):
+                    started = time.perf_counter()
+                    await sandbox.commands.run("true")
+                    self.execs.append((time.perf_counter() - started) * 1000)
+        finally:
+            await sandbox.delete()
+
+    @contextlib.contextmanager
+    def _tracing(self) -> Iterator[None]:
+        tracing.on = self.traced
+        try:
+            yield
+        finally:
+            tracing.on = False
+
+    async def close(self) -> None:
+        await self.control.close()
+        await self.client.close()
+        self.server.close()
+        teardown(Engine(self.data))
+
+
+async def tracing_overhead(plan: Plan, progress: Progress, baseline: Path | None = None) -> Figures:
+    """Claim and exec p50 and p99 with tracing off and on (and before tracing, given a baseline tree)."""
+    try:
+        import opentelemetry.sdk  # noqa: F401
+    except ImportError:
+        return {}
+    rounds, count = (4, 24) if plan.claims <= 32 else (8, 48)
+    pool = count + 8
+    sink = Sink()
+    plain: dict[str, str | None] = {key: None for key in os.environ if key.startswith("OTEL_")}
+    traced = {**plain, "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint}
+    with environment(**traced):
+        tracing.enable("otlp")  # this process's spans go to the sink too, but only while `Side.traced` says so
+    tracing.on = False
+    sides: list[Side] = []
+    task = progress.add_task("tracing off and on: claims and execs in alternating rounds", total=rounds)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rollbox-bench-tracing-", ignore_cleanup_errors=True) as root:
+            sides.append(Side("off", Path(root), False, plain, pool))
+            sides.append(Side("on", Path(root), True, traced, pool))
+            if baseline is not None:
+                sides.append(Side("before", Path(root), False, {**plain, "PYTHONPATH": str(baseline / "src")}, pool))
+            for side in sides:
+                await side.control.apply(pool)
+            for number in range(rounds):
+                for side in sides if number % 2 == 0 else reversed(sides):
+                    await side.claim_round(count)
+                    await side.exec_round(count)
+                progress.advance(task)
+            figures = _figures(sides)
+            figures["tracing_exec_sdk"]["batches_exported"] = sink.batches
+            return figures
+    finally:
+        for side in sides:  # each on its own: one that fails to stop must not leave the others running
+            try:
+                await side.close()
+            except Exception as error:
+                print(f"stopping the tracing {side.name!r} server failed: {error!r}", flush=True)
+        sink.close()
+
+
+def _figures(sides: list[Side]) -> Figures:
+    by_name = {side.name: side for side in sides}
+    figures: Figures = {}
+    for phase in ("claim", "exec"):
+        off = distribution(getattr(by_name["off"], phase + "s"))
+        on = distribution(getattr(by_name["on"], phase + "s"))
+        figures[f"tracing_{phase}_off_sdk"] = off
+        figures[f"tracing_{phase}_sdk"] = {**on, "off_p50": off["p50"], "ratio": round(on["p50"] / off["p50"], 3)}
+        if "before" in by_name:
+            before = distribution(getattr(by_name["before"], phase + "s"))
+            figures[f"tracing_{phase}_before_sdk"] = {**before, "off_ratio": round(off["p50"] / before["p50"], 3)}
+    return figures
