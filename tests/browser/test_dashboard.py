@@ -119,6 +119,7 @@ def test_a_wrong_token_is_refused_and_the_page_asks_again(server: str, page: Any
     assert page.evaluate("sessionStorage.getItem('rollbox-token')") is None
 
 
+@pytest.mark.console_errors("Content Security Policy")
 def test_markup_in_labels_and_commands_shows_as_text(server: str, page: Any) -> None:
     with SandboxClient(server, ALICE) as alice:
         sandbox = alice.create_sandbox(template="rl-python", labels={"note": ATTACK_LABEL})
@@ -132,5 +133,8 @@ def test_markup_in_labels_and_commands_shows_as_text(server: str, page: Any) -> 
                        "the command shows as its characters")
             assert page.locator("#sandboxes img, #commands script, #commands b").count() == 0
             assert page.evaluate("window.__pwned") is None, "markup from a label or command ran"
+            inline = """() => { const script = document.createElement('script');
+                script.textContent = 'window.__inline = 1'; document.body.append(script); return window.__inline; }"""
+            assert page.evaluate(inline) is None, "the Content-Security-Policy let an inline script run"
         finally:
             sandbox.delete()

@@ -45,10 +45,15 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         """The dashboard's page (its data routes need a token)."""
         return assets.response("dashboard.html")
 
-    @add("GET", "/dashboard/static/{name}", answer="application/octet-stream", auth=False)
-    async def dashboard_file(name: str) -> Response:
-        """One of the dashboard's scripts or styles."""
-        return assets.response(name)
+    @add("GET", "/dashboard/js/{name}", answer="text/javascript", auth=False)
+    async def dashboard_script(name: str) -> Response:
+        """One of the dashboard's scripts."""
+        return assets.response(name, ".js")
+
+    @add("GET", "/dashboard/css/{name}", answer="text/css", auth=False)
+    async def dashboard_style(name: str) -> Response:
+        """The dashboard's styles."""
+        return assets.response(name, ".css")
 
     @add("GET", "/dashboard/api/overview", answer="application/json")
     async def dashboard_overview(tenant: str) -> Response:

@@ -8,6 +8,7 @@ fragment (never sent to a server, so never in a log) and sends back as a bearer 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -23,18 +24,20 @@ RUN_PATH = "/viewer/api/run"
 
 
 def create_viewer_app(run: Path, token: str) -> Starlette:
-    """Serves the viewer at `/viewer`, its files at `/dashboard/static/`, and `run`'s text to holders of `token`."""
+    """Serves the viewer at `/viewer`, its files where the dashboard has them, and `run` to holders of `token`."""
     assets = Assets()
     expected = f"Bearer {token}".encode()
 
     async def page(request: Request) -> Response:
         return assets.response("viewer.html")
 
-    async def static(request: Request) -> Response:
-        try:
-            return assets.response(request.path_params["name"])
-        except RollboxError as error:
-            return error_response(error)
+    def static(suffix: str) -> Callable[[Request], Awaitable[Response]]:
+        async def serve(request: Request) -> Response:
+            try:
+                return assets.response(request.path_params["name"], suffix)
+            except RollboxError as error:
+                return error_response(error)
+        return serve
 
     async def run_text(request: Request) -> Response:
         given = request.headers.get("authorization", "").encode()
@@ -46,7 +49,8 @@ def create_viewer_app(run: Path, token: str) -> Starlette:
     async def home(request: Request) -> Response:
         return RedirectResponse("/viewer")
 
-    return Starlette(routes=[Route("/", home), Route("/viewer", page), Route("/dashboard/static/{name}", static),
+    return Starlette(routes=[Route("/", home), Route("/viewer", page), Route("/dashboard/js/{name}", static(".js")),
+                             Route("/dashboard/css/{name}", static(".css")),
                              Route(RUN_PATH, run_text)])
 
 
