@@ -10,7 +10,17 @@ with client.create_sandbox(template="py-bugfix", warmpool="py-bugfix-pool") as s
 from rollbox.client.aio import AsyncSandbox, AsyncSandboxClient
 from rollbox.client.sync import Sandbox, SandboxClient
 from rollbox.errors import ConnectionFailed
-from rollbox.models import ApplyEvent, ExecResult, FileInfo, SandboxInfo, SnapshotInfo, TemplateInfo, WarmPoolInfo
+from rollbox.models import (
+    ApplyEvent,
+    ExecResult,
+    FileInfo,
+    SandboxInfo,
+    SnapshotInfo,
+    TemplateInfo,
+    VolumeInfo,
+    WarmPoolInfo,
+)
+from rollbox.spec import VolumeMount
 
 __all__ = [
     "ApplyEvent",
@@ -24,5 +34,7 @@ __all__ = [
     "SandboxInfo",
     "SnapshotInfo",
     "TemplateInfo",
+    "VolumeInfo",
+    "VolumeMount",
     "WarmPoolInfo",
 ]
