@@ -144,6 +144,7 @@ class LocalNode(ProcessOperations):
                     expires_at=now + request.shutdown_after if request.shutdown_after else None,
                     idle_pause_after=request.idle_pause_after, env=request.env or {}, labels=request.labels or {},
                     last_used=time.monotonic(), volumes=volumes,
+                    memory=snapshot is not None and self.engine.carries_memory(container_id),
                 )
                 await self._writer.put(claim)
             except BaseException:
@@ -331,6 +332,7 @@ class LocalNode(ProcessOperations):
                 expires_at=now + parent.shutdown_after if parent.shutdown_after else None,
                 idle_pause_after=parent.idle_pause_after, env=dict(parent.env), labels=dict(parent.labels),
                 parent=parent.sandbox_id, last_used=idle_clock, volumes=read_only(parent.volumes),
+                memory=self.engine.carries_memory(container.id),
             ) for container in containers]
             for child in children:
                 self.node_volumes.hold(child.tenant, child.sandbox_id, child.volumes)
@@ -404,7 +406,7 @@ class LocalNode(ProcessOperations):
             info = self.engine.snapshot(claim.container_id, snapshot_key(claim.tenant, name))
             self.store.put_snapshot(claim.tenant, name, claim.sandbox_id)
             self.store.put_claims([claim])
-        return SnapshotInfo(name=name, template=info.template, created_at=info.created_at, source=claim.sandbox_id)
+        return info.model_copy(update={"name": name, "source": claim.sandbox_id})
 
     async def snapshots(self, tenant: str) -> list[SnapshotInfo]:
         known = {info.name: info for info in self.engine.snapshots()}
@@ -412,8 +414,7 @@ class LocalNode(ProcessOperations):
         for _, name, source in self.store.snapshots(tenant):
             info = known.get(snapshot_key(tenant, name))
             if info is not None:
-                found.append(SnapshotInfo(name=name, template=info.template, created_at=info.created_at,
-                                          source=source))
+                found.append(info.model_copy(update={"name": name, "source": source}))
         return found
 
     async def delete_snapshot(self, tenant: str, name: str) -> None:
