@@ -128,10 +128,10 @@ class LocalNode(ProcessOperations):
         snapshot = snapshot_key(tenant, request.snapshot) if request.snapshot else None
         sandbox_id = self._new_id()
         volumes = self.node_volumes.mounts_for(template, snapshot, request.volumes)
-        if volumes:  # held before the container starts: a second writer is refused at once
-            await to_thread.run_sync(self.node_volumes.reserve, tenant, sandbox_id, volumes)
         self.capacity.take_quota(tenant, 1)
         try:
+            if volumes:  # held before the container starts: a second writer is refused at once
+                await to_thread.run_sync(self.node_volumes.reserve, tenant, sandbox_id, volumes)
             warm = None if snapshot or volumes else self.resources.take_warm(template, request.warmpool)
             container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot,
                                                             self.node_volumes.engine_mounts(tenant, volumes))
