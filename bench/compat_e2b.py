@@ -7,7 +7,8 @@ times, in turns so that both meet the same moments of a shared machine:
 - a sandbox's life as E2B's SDK lives it: `Sandbox.create()` from the warm pool, `commands.run("true")`, `kill()`,
   beside the same through rollbox's SDK (`create_sandbox(warmpool=)`, `commands.run("true")`, `delete()`); the pool
   is let refill between lives (not timed), so every create is a warm claim;
-- `commands.run("true")` in one live sandbox through each SDK.
+- `commands.run("true")` in one live sandbox through each SDK, and through rollbox's SDK the command E2B's SDK
+  actually sends, `/bin/bash -l -c true` (bash starts slower than `/bin/sh`): the like-for-like comparison.
 
 It prints a table (p50 and p99 in milliseconds) and, as its last line, one JSON object of every figure with
 `missed`, the targets not met: a life through E2B's SDK p50 <= 25 ms, and its `commands.run("true")` within twice
@@ -123,7 +124,7 @@ def measure(lives: int, runs: int) -> Figures:
                 sandbox.delete()
 
             samples: dict[str, list[float]] = {"life_e2b": [], "life_rollbox": [], "run_true_e2b": [],
-                                               "run_true_rollbox": []}
+                                               "run_true_rollbox": [], "run_bash_rollbox": []}
             for life in (e2b_life, rollbox_life):  # once each untimed: connections and imports warm
                 refilled(client)
                 life()
@@ -136,7 +137,8 @@ def measure(lives: int, runs: int) -> Figures:
             rollbox_sandbox = client.create_sandbox(warmpool=POOL)
             runs_of: dict[str, Callable[[], object]] = {
                 "run_true_e2b": lambda: e2b_sandbox.commands.run("true"),
-                "run_true_rollbox": lambda: rollbox_sandbox.commands.run("true")}
+                "run_true_rollbox": lambda: rollbox_sandbox.commands.run("true"),
+                "run_bash_rollbox": lambda: rollbox_sandbox.commands.run(["/bin/bash", "-l", "-c", "true"])}
             try:
                 for run in runs_of.values():
                     run()
@@ -148,6 +150,7 @@ def measure(lives: int, runs: int) -> Figures:
                 rollbox_sandbox.delete()
     figures.update({name: distribution(values) for name, values in samples.items()})
     figures["run_true_ratio"] = round(figures["run_true_e2b"]["p50"] / figures["run_true_rollbox"]["p50"], 2)
+    figures["run_same_command_ratio"] = round(figures["run_true_e2b"]["p50"] / figures["run_bash_rollbox"]["p50"], 2)
     figures["machine"]["load_after"] = load()
     figures["missed"] = [name for name, met in (
         ("life_e2b", figures["life_e2b"]["p50"] <= LIFE_TARGET_MS),
@@ -169,6 +172,10 @@ def report(figures: Figures) -> Table:
             value = figures[f"{prefix}_{sdk}"]
             table.add_row(what, sdk, f"{value['p50']:.2f}", f"{value['p99']:.2f}", str(value["n"]),
                           target if sdk == "e2b" else "baseline")
+    value = figures["run_bash_rollbox"]
+    table.add_row("commands.run(['/bin/bash', '-l', '-c', 'true'])", "rollbox", f"{value['p50']:.2f}",
+                  f"{value['p99']:.2f}", str(value["n"]),
+                  f"what E2B's SDK sends (E2B now {figures['run_same_command_ratio']}x)")
     return table
 
 

@@ -21,7 +21,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rollbox.errors import NodeLost, NotFound, RollboxError, SandboxNotRunning, TemplateNotFound, UnprocessableBody
+from rollbox.errors import (
+    InvalidRequest,
+    NodeLost,
+    NotFound,
+    RollboxError,
+    SandboxNotRunning,
+    TemplateNotFound,
+    UnprocessableBody,
+)
 from rollbox.models import MAX_FORK, ClaimRequest, SandboxInfo
 from rollbox.node import Node
 from rollbox.server.e2b.access import Access
@@ -45,6 +53,7 @@ class NewSandbox(Body):
     timeout: int = Field(DEFAULT_TIMEOUT, ge=1)
     metadata: dict[str, str] | None = None
     env_vars: dict[str, str] | None = Field(None, alias="envVars")
+    volume_mounts: list[Any] | None = Field(None, alias="volumeMounts")
 
 
 class Timeout(Body):
@@ -109,6 +118,9 @@ def routes(node: Node, access: Access) -> list[Route]:
 
     async def create(request: Request, tenant: str) -> Response:
         body = await _parse(request, NewSandbox)
+        if body.volume_mounts:
+            raise InvalidRequest("E2B volume mounts are not served: mount rollbox volumes with rollbox's own API "
+                                 "(docs/compat-e2b.md)")
         info = await claim(tenant, body.template_id, shutdown_after=body.timeout, env=body.env_vars or None,
                            labels=body.metadata or None)
         return JSONResponse(created(tenant, info), 201)

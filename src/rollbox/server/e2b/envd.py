@@ -10,6 +10,7 @@ filesystem service and the `/files` endpoint go to the node's file operations.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import email.parser
@@ -105,6 +106,7 @@ class Daemon:
     def __init__(self, node: Node, access: Access) -> None:
         self.node = node
         self.access = access
+        self._forgetting: set[asyncio.Future[None]] = set()
         self.methods: dict[str, Method] = {
             "/process.Process/Start": Method(P("process.StartRequest"), self.start, streaming=True),
             "/process.Process/Connect": Method(P("process.ConnectRequest"), self.connect, streaming=True),
@@ -182,11 +184,24 @@ class Daemon:
             elif event.type == "error":
                 raise rpc_error(from_code(event.code or "internal", event.message or "the process was lost"))
             elif event.type == "end" and event.result is not None:
-                await self.node.delete_process(sandbox.tenant, sandbox.id, process_id)  # told: nothing to keep
+                self._forget(sandbox, process_id)
                 if event.result.timed_out:
                     raise RpcError("deadline_exceeded", "the command ran past its timeout and was killed")
                 yield _event(response, end=_end(event.result))
                 return
+
+    def _forget(self, sandbox: Sandbox, process_id: str) -> None:
+        """Deletes an ended process in the background: its end is told, so nothing of it is kept to read back, and
+        the stream closes without waiting."""
+        task = asyncio.ensure_future(self.node.delete_process(sandbox.tenant, sandbox.id, process_id))
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgotten)
+
+    def _forgotten(self, task: asyncio.Future[None]) -> None:
+        self._forgetting.discard(task)
+        if not task.cancelled() and isinstance(task.exception(), Exception) and not isinstance(
+                task.exception(), NotFound | SandboxNotRunning | NodeLost):
+            log.warning("could not delete an ended process", exc_info=task.exception())
 
     async def _find(self, sandbox: Sandbox, selector: Any) -> ProcessInfo:
         """The process a selector names by pid or tag: a running one before one that ended."""
