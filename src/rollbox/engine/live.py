@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from rollbox.engine import volumes
 from rollbox.engine.store import ContainerRecord
 from rollbox.errors import CapacityExceeded, RestoreFailed, RuntimeUnavailable
 from rollbox.models import SnapshotInfo
@@ -38,11 +39,15 @@ class Live:
         engine = self.engine
         with engine.checkpoints.saving(parent) as image_id:
             self._check_room(parent, image_id)
-            image = engine._freeze_upper(parent)
-            children = [engine._new_record(parent.template, parent.runtime, image, Limits(**parent.limits),
+            # Accounts are resolved over the image the parent started from, as the file-only fork does: what
+            # the parent wrote in /etc/passwd since is the tenant's.
+            children = [engine._new_record(parent.template, parent.runtime, parent.image, Limits(**parent.limits),
                                            parent.env, parent.labels) for _ in range(count)]
+            image = engine._freeze_upper(parent)
             for child in children:
-                child.baseline, child.parent, child.snapshot = parent.baseline, parent.id, parent.snapshot
+                child.image, child.baseline, child.parent, child.snapshot = (image, parent.baseline, parent.id,
+                                                                             parent.snapshot)
+                child.volumes = volumes.read_only(parent.volumes)
             with ThreadPoolExecutor(max_workers=min(count + 1, RESTORE_WORKERS)) as pool:
                 restores = [pool.submit(engine._launch, record, None, image_id) for record in (parent, *children)]
                 errors = [error for error in (f.exception() for f in restores) if error]
@@ -114,6 +119,7 @@ class Live:
                 engine._save(record)
                 engine.launcher.start(record, engine._templates.network(record.template),
                                       engine.checkpoints.path(image_id))
+                engine.checkpoints.remove(image_id)
             raise
 
 
