@@ -175,6 +175,21 @@ def test_sandboxd_files_api_through_the_router(router: Router, alice: SandboxCli
     alice.delete_sandbox(sandbox.claim_name)
 
 
+def test_the_kubernetes_api_answers_statuses_and_stays_out_of_rollboxs_document(router: Router) -> None:
+    claims = f"{router.url}/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxclaims"
+    anonymous = httpx.get(claims)
+    assert (anonymous.status_code, anonymous.json()["kind"], anonymous.json()["reason"]) == (401, "Status",
+                                                                                             "Unauthorized")
+    alice = {"Authorization": f"Bearer {TOKENS['alice']}"}
+    other = httpx.get(f"{router.url}/apis/apps/v1/namespaces/default/deployments", headers=alice)
+    assert (other.status_code, other.json()["reason"]) == (404, "NotFound")
+    bad = httpx.get(claims, params={"labelSelector": "a in b"}, headers=alice)
+    assert (bad.status_code, bad.json()["reason"]) == (400, "BadRequest")
+    groups = httpx.get(f"{router.url}/apis", headers=alice).json()
+    assert {group["name"] for group in groups["groups"]} == {"agents.x-k8s.io", "extensions.agents.x-k8s.io"}
+    assert not [path for path in httpx.get(f"{router.url}/openapi.json").json()["paths"] if path.startswith("/api")]
+
+
 def test_the_data_plane_needs_a_token(router: Router, alice: SandboxClient) -> None:
     sandbox = alice.create_sandbox(warmpool="python-pool")
     anonymous = SandboxClient(connection_config=SandboxDirectConnectionConfig(api_url=router.url),

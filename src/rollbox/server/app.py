@@ -41,7 +41,6 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     resources.add_routes(routes, node)
     add_volume_routes(routes, node)
     dashboard.add_routes(routes, node, metrics)
-    serve_agent_sandbox = agent_sandbox.add_routes(routes, node)  # its client, unmodified (docs/compat-agent-sandbox.md)
 
     @routes.add("GET", "/healthz", auth=False)
     async def healthz() -> Response:
@@ -63,7 +62,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     app: ASGIApp = routes.app(_failure(metrics), _settle_collector)
     if cluster_secret is None:  # E2B's SDK, unmodified, on the router (docs/compat-e2b.md)
         app = e2b.Facade(app, node, tokens, admins)
-        app = serve_agent_sandbox(app)
+        app = agent_sandbox.Facade(app, node, routes.tenants)  # its client, unmodified (docs/compat-agent-sandbox.md)
     return BodyLimit(app, max_body)
 
 

@@ -6,15 +6,17 @@ Errors answer Kubernetes `Status` objects, which the `kubernetes` client raises 
 
 from __future__ import annotations
 
-import functools
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route, Router, request_response
 
-from rollbox.errors import InvalidRequest, RollboxError
+from rollbox.errors import InvalidRequest, NotFound, RollboxError
 from rollbox.models import SandboxInfo
 from rollbox.server.agent_sandbox import selectors
 from rollbox.server.agent_sandbox.claims import Claims
@@ -30,8 +32,8 @@ from rollbox.server.agent_sandbox.objects import (
     status,
     version_at,
 )
+from rollbox.server.auth import TENANT_HEADER, ClusterSecret, Tenants
 from rollbox.server.responses import json_response
-from rollbox.server.routing import Query, Routes
 
 CLAIMS = f"/apis/{CLAIM_GROUP}/{VERSION}/namespaces/{{namespace}}/sandboxclaims"
 SANDBOXES = f"/apis/{SANDBOX_GROUP}/{VERSION}/namespaces/{{namespace}}/sandboxes"
@@ -42,8 +44,8 @@ MAX_WATCH_SECONDS = 3600
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
             409: "AlreadyExists", 410: "Expired", 413: "RequestEntityTooLarge", 422: "Invalid",
             429: "TooManyRequests", 503: "ServiceUnavailable"}
-LIST_QUERY = (Query("labelSelector", str, None), Query("fieldSelector", str, None), Query("watch", str, ""),
-              Query("resourceVersion", str, ""), Query("timeoutSeconds", str, ""))
+Handler = Callable[[Request, str], Awaitable[Response]]
+log = logging.getLogger("rollbox.server")
 
 
 class Entry(Protocol):
@@ -72,106 +74,114 @@ class SandboxEntry:
         return obj
 
 
-def kubernetes_errors(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
-    """Answers a rollbox error as a `Status` with its code."""
+class KubernetesApi:
+    """The Kubernetes API's routes over `claims`, as a Starlette router; every answer, errors too, is Kubernetes'."""
 
-    @functools.wraps(handler)
-    async def answer(**args: Any) -> Response:
-        try:
-            return await handler(**args)
-        except RollboxError as error:
-            if error.status >= 500:
-                raise
-            return json_response(status(error.status, _REASONS.get(error.status, "BadRequest"), str(error)),
-                                 error.status)
+    def __init__(self, claims: Claims, tenants: Tenants | ClusterSecret) -> None:
+        self.claims, self.tenants = claims, tenants
+        self.started = version_at(time.time())
+        get, serve = ["GET"], self._serve
+        self.router = Router([
+            Route("/api", serve(self.core_versions), methods=get),
+            Route("/apis", serve(self.api_groups), methods=get),
+            Route(f"/apis/{SANDBOX_GROUP}/{VERSION}", serve(self.sandbox_resources), methods=get),
+            Route(f"/apis/{CLAIM_GROUP}/{VERSION}", serve(self.claim_resources), methods=get),
+            Route(CLAIMS, serve(self.create_claim), methods=["POST"]),
+            Route(CLAIMS, serve(self.list_claims), methods=get),
+            Route(CLAIMS + "/{name}", serve(self.get_claim), methods=get),
+            Route(CLAIMS + "/{name}", serve(self.delete_claim), methods=["DELETE"]),
+            Route(SANDBOXES, serve(self.list_sandboxes), methods=get),
+            Route(SANDBOXES + "/{name}", serve(self.get_sandbox), methods=get),
+        ], default=request_response(serve(self.not_served)))
 
-    return answer
+    def _serve(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        """The endpoint of `handler`: the caller's tenant from its token, a rollbox error as a `Status`."""
 
+        async def endpoint(request: Request) -> Response:
+            try:
+                tenant = self.tenants.tenant(request.headers.get("authorization"),
+                                             request.headers.get(TENANT_HEADER))
+                return await handler(request, tenant)
+            except RollboxError as error:
+                if error.status >= 500:
+                    log.error("Kubernetes API call failed", exc_info=error)
+                return json_response(status(error.status, _REASONS.get(error.status, "InternalError"), str(error)),
+                                     error.status)
 
-def add_routes(routes: Routes, claims: Claims) -> None:
-    started = version_at(time.time())
-    add = routes.add
+        return endpoint
 
-    @add("GET", "/api", answer="application/json")
-    async def core_versions(tenant: str) -> Response:
+    async def not_served(self, request: Request, tenant: str) -> Response:
+        raise NotFound(f"the server could not find the requested resource: rollbox serves agent-sandbox's "
+                       f"SandboxClaims and Sandboxes only, not {request.method} {request.url.path}")
+
+    async def core_versions(self, request: Request, tenant: str) -> Response:
         """Kubernetes discovery: the core API's versions (rollbox serves none of its resources)."""
         return json_response({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
 
-    @add("GET", "/apis", answer="application/json")
-    async def api_groups(tenant: str) -> Response:
+    async def api_groups(self, request: Request, tenant: str) -> Response:
         """Kubernetes discovery: agent-sandbox's two API groups."""
         groups = [{"name": group, "versions": [{"groupVersion": f"{group}/{VERSION}", "version": VERSION}],
                    "preferredVersion": {"groupVersion": f"{group}/{VERSION}", "version": VERSION}}
                   for group in (SANDBOX_GROUP, CLAIM_GROUP)]
         return json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 
-    @add("GET", f"/apis/{SANDBOX_GROUP}/{VERSION}", answer="application/json")
-    async def sandbox_resources(tenant: str) -> Response:
-        """Kubernetes discovery: the Sandbox resource."""
+    async def sandbox_resources(self, request: Request, tenant: str) -> Response:
         return json_response(_resources(SANDBOX_API, "sandboxes", "Sandbox", ["get", "list", "watch"]))
 
-    @add("GET", f"/apis/{CLAIM_GROUP}/{VERSION}", answer="application/json")
-    async def claim_resources(tenant: str) -> Response:
-        """Kubernetes discovery: the SandboxClaim resource."""
+    async def claim_resources(self, request: Request, tenant: str) -> Response:
         return json_response(_resources(CLAIM_API, "sandboxclaims", "SandboxClaim",
                                         ["create", "delete", "get", "list", "watch"]))
 
-    @add("POST", CLAIMS, body=bytes, answer="application/json", status=201)
-    @kubernetes_errors
-    async def create_claim(tenant: str, namespace: str, body: bytes) -> Response:
+    async def create_claim(self, request: Request, tenant: str) -> Response:
         """Creates a SandboxClaim: claims a sandbox from its warm pool."""
-        claim = await claims.create(tenant, namespace, _json(body))
+        claim = await self.claims.create(tenant, request.path_params["namespace"], _json(await request.body()))
         return json_response(claim.as_created(), 201)
 
-    @add("GET", CLAIMS, answer="application/json", query=LIST_QUERY)
-    @kubernetes_errors
-    async def list_claims(tenant: str, namespace: str, labelSelector: str | None, fieldSelector: str | None,
-                          watch: str, resourceVersion: str, timeoutSeconds: str) -> Response:
-        """Lists or watches SandboxClaims (labelSelector, fieldSelector on metadata.name, resourceVersion)."""
-        match = _matcher(labelSelector, fieldSelector)
+    async def list_claims(self, request: Request, tenant: str) -> Response:
+        """Lists or watches SandboxClaims (labelSelector, fieldSelector, resourceVersion, timeoutSeconds)."""
+        match, namespace = _matcher(request), request.path_params["namespace"]
 
         async def current() -> list[Entry]:
-            return [claim for claim in await claims.all(tenant, namespace) if match(claim)]
+            return [claim for claim in await self.claims.all(tenant, namespace) if match(claim)]
 
-        if _true(watch):
-            return _watch(current, claims, resourceVersion, timeoutSeconds, started)
-        return _list(CLAIM_API, "SandboxClaimList", await current())
+        return await self._list_or_watch(request, CLAIM_API, "SandboxClaimList", current)
 
-    @add("GET", CLAIMS + "/{name}", answer="application/json")
-    @kubernetes_errors
-    async def get_claim(tenant: str, namespace: str, name: str) -> Response:
-        """Reads one SandboxClaim."""
-        return json_response((await claims.get(tenant, namespace, name)).as_now())
+    async def get_claim(self, request: Request, tenant: str) -> Response:
+        claim = await self.claims.get(tenant, request.path_params["namespace"], request.path_params["name"])
+        return json_response(claim.as_now())
 
-    @add("DELETE", CLAIMS + "/{name}", body=bytes, answer="application/json")
-    @kubernetes_errors
-    async def delete_claim(tenant: str, namespace: str, name: str, body: bytes) -> Response:
+    async def delete_claim(self, request: Request, tenant: str) -> Response:
         """Deletes a SandboxClaim and its sandbox (preconditions.uid honoured)."""
+        body = await request.body()
         options = _json(body) if body.strip() else {}
-        uid = (options.get("preconditions") or {}).get("uid") if isinstance(options, dict) else None
-        claim = await claims.delete(tenant, namespace, name, uid)
+        uid = (options.get("preconditions") or {}).get("uid")
+        claim = await self.claims.delete(tenant, request.path_params["namespace"], request.path_params["name"], uid)
         return json_response(claim.as_now(deleted_at=time.time()))
 
-    @add("GET", SANDBOXES, answer="application/json", query=LIST_QUERY)
-    @kubernetes_errors
-    async def list_sandboxes(tenant: str, namespace: str, labelSelector: str | None, fieldSelector: str | None,
-                             watch: str, resourceVersion: str, timeoutSeconds: str) -> Response:
+    async def list_sandboxes(self, request: Request, tenant: str) -> Response:
         """Lists or watches the Sandboxes the tenant's claims are bound to."""
-        match = _matcher(labelSelector, fieldSelector)
+        match, namespace = _matcher(request), request.path_params["namespace"]
 
         async def current() -> list[Entry]:
-            entries = [SandboxEntry(claim.info) for claim in await claims.all(tenant, namespace) if claim.info]
+            entries = [SandboxEntry(claim.info) for claim in await self.claims.all(tenant, namespace) if claim.info]
             return [entry for entry in entries if match(entry)]
 
-        if _true(watch):
-            return _watch(current, claims, resourceVersion, timeoutSeconds, started)
-        return _list(SANDBOX_API, "SandboxList", await current())
+        return await self._list_or_watch(request, SANDBOX_API, "SandboxList", current)
 
-    @add("GET", SANDBOXES + "/{name}", answer="application/json")
-    @kubernetes_errors
-    async def get_sandbox(tenant: str, namespace: str, name: str) -> Response:
+    async def get_sandbox(self, request: Request, tenant: str) -> Response:
         """Reads one Sandbox: its name is the rollbox sandbox id."""
-        return json_response(sandbox_object(await claims.sandbox(tenant, namespace, name)))
+        info = await self.claims.sandbox(tenant, request.path_params["namespace"], request.path_params["name"])
+        return json_response(sandbox_object(info))
+
+    async def _list_or_watch(self, request: Request, api_version: str, kind: str,
+                             current: Callable[[], Awaitable[list[Entry]]]) -> Response:
+        query = request.query_params
+        if query.get("watch", "").lower() in ("true", "1"):
+            return _watch(current, self.claims, query.get("resourceVersion", ""), query.get("timeoutSeconds", ""),
+                          self.started)
+        return json_response({"apiVersion": api_version, "kind": kind,
+                              "metadata": {"resourceVersion": now_version()},
+                              "items": [entry.as_now() for entry in await current()]})
 
 
 def _resources(group_version: str, plural: str, kind: str, verbs: list[str]) -> dict[str, Any]:
@@ -190,19 +200,11 @@ def _json(body: bytes) -> Any:
     return value
 
 
-def _true(value: str) -> bool:
-    return value.lower() in ("true", "1")
-
-
-def _matcher(label_selector: str | None, field_selector: str | None) -> Callable[[Entry], bool]:
-    labels, fields = selectors.parse(label_selector), selectors.parse_fields(field_selector)
+def _matcher(request: Request) -> Callable[[Entry], bool]:
+    labels = selectors.parse(request.query_params.get("labelSelector"))
+    fields = selectors.parse_fields(request.query_params.get("fieldSelector"))
     return lambda entry: labels(entry.labels) and fields({"metadata.name": entry.name,
                                                           "metadata.namespace": entry.namespace})
-
-
-def _list(api_version: str, kind: str, entries: list[Entry]) -> Response:
-    return json_response({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": now_version()},
-                          "items": [entry.as_now() for entry in entries]})
 
 
 def _watch(current: Callable[[], Awaitable[list[Entry]]], claims: Claims, since: str, timeout: str,
