@@ -19,8 +19,8 @@ from tests.support.engines import BASIC, make_engine, teardown_engine
 pytestmark = pytest.mark.anyio
 TOLERANCE = 0.05
 HOLD = ("python3 -c \"import time; b = bytearray(160 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
-        "t = time.time()\nwhile time.time() - t < 3: pass\"")
-"""Holds 160 MB touched for three seconds, burning CPU meanwhile."""
+        "t = time.process_time()\nwhile time.process_time() - t < 2: pass\"")
+"""Holds 160 MB touched while it burns two CPU-seconds (three seconds or more of wall time)."""
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ async def test_a_claims_cost_matches_its_cgroup_counters(node: LocalNode, engine
     wall, cpu = counters.stop(), counters.cpu() - counters.cpu_start
     cost = stats.cost
     assert cost is not None
-    assert cpu > 2.5 and near(cost.cpu_seconds, cpu), (cost.cpu_seconds, cpu)
+    assert cpu > 2.0 and near(cost.cpu_seconds, cpu), (cost.cpu_seconds, cpu)
     assert counters.memory_gb_seconds > 0.4 and near(cost.memory_gb_seconds, counters.memory_gb_seconds), \
         (cost.memory_gb_seconds, counters.memory_gb_seconds)
     assert counters.disk_gb_seconds > 0.2 and near(cost.disk_gb_seconds, counters.disk_gb_seconds), \

@@ -86,7 +86,7 @@ class LocalNode(ProcessOperations):
         self.deletions = Deletions(engine, self.store, self.capacity, self.closed)
         self.resources = Resources(engine, self.store, self.capacity, self.deletions, cold_starts)
         self._writer = ClaimWriter(self.store)
-        self.costs = CostMeters(engine, self._busy, self.closed)
+        self.costs = CostMeters(engine, self._busy, self._warm, self.closed)
         self.node_volumes = NodeVolumes(engine)
         recover(self)
         self.node_volumes.adopt(self.claimed.values())
@@ -225,6 +225,9 @@ class LocalNode(ProcessOperations):
     def _busy(self, sandbox_id: str) -> bool:
         claim = self.claimed.get(sandbox_id)
         return claim is not None and claim.busy > 0
+
+    def _warm(self) -> list[str]:
+        return [container_id for pool in list(self.resources.pools.values()) for container_id in list(pool.ready)]
 
     async def exec(self, tenant: str, sandbox_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
                    on_stderr: OutputCallback | None = None) -> ExecResult:
