@@ -31,6 +31,8 @@ from rollbox.server.agent_sandbox.objects import (
 
 FAILED_CLAIM_TTL = 600.0
 """Seconds a failed claim is remembered when nobody deletes it."""
+FAILED_CLAIMS_KEPT = 10_000
+"""Failed claims remembered at most (the oldest go first), so that a flood of them cannot grow the router."""
 NAMESPACES_KEPT = 10_000
 """Sandboxes whose namespace the data plane remembers (a sandbox never changes namespace)."""
 _DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -52,7 +54,7 @@ class Claims:
 
     def __init__(self, node: Node) -> None:
         self._node = node
-        self._failed: dict[tuple[str, str, str], tuple[Claim, float]] = {}
+        self._failed: OrderedDict[tuple[str, str, str], tuple[Claim, float]] = OrderedDict()
         self._creating: set[tuple[str, str, str]] = set()
         self._namespaces: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._changed = asyncio.Event()
@@ -155,6 +157,8 @@ class Claims:
         claim = Claim(key[2], key[1], time.time(), str(uuid.uuid4()), labels, spec, failure=(reason, message),
                       annotations=_strings(metadata.get("annotations"), "metadata.annotations"))
         self._failed[key] = (claim, time.monotonic() + FAILED_CLAIM_TTL)
+        while len(self._failed) > FAILED_CLAIMS_KEPT:
+            self._failed.popitem(last=False)
         self._touch()
         return claim
 
