@@ -83,7 +83,7 @@ def test_the_command_log_is_for_admins_and_goes_with_its_sandbox(url: str) -> No
 
 def test_the_page_and_its_files_carry_a_strict_content_security_policy(url: str) -> None:
     with http(url) as anonymous:
-        for path in ("/dashboard", "/dashboard/js/dashboard.js", "/dashboard/css/rollbox.css"):
+        for path in ("/dashboard", "/dashboard/static/js/dashboard.js", "/dashboard/static/css/rollbox.css"):
             answer = anonymous.get(path)
             assert answer.status_code == 200, path
             assert answer.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
@@ -93,7 +93,7 @@ def test_the_page_and_its_files_carry_a_strict_content_security_policy(url: str)
         assert "<script>" not in page and "style=" not in page and "on" + "click" not in page
         for path in ("js/..%2Froutes.py", "js/../__init__.py", "js/nope.js", "js/%2Fetc%2Fpasswd", "js/rollbox.css",
                      "css/dashboard.html", "js/dashboard.html"):
-            assert anonymous.get(f"/dashboard/{path}").status_code == 404, path
+            assert anonymous.get(f"/dashboard/static/{path}").status_code == 404, path
 
 
 def test_the_latency_history_keeps_ten_minutes_in_fixed_memory() -> None:

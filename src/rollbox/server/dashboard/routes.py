@@ -45,12 +45,12 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         """The dashboard's page (its data routes need a token)."""
         return assets.response("dashboard.html")
 
-    @add("GET", "/dashboard/js/{name}", answer="text/javascript", auth=False)
+    @add("GET", "/dashboard/static/js/{name}", answer="text/javascript", auth=False)
     async def dashboard_script(name: str) -> Response:
         """One of the dashboard's scripts."""
         return assets.response(name, ".js")
 
-    @add("GET", "/dashboard/css/{name}", answer="text/css", auth=False)
+    @add("GET", "/dashboard/static/css/{name}", answer="text/css", auth=False)
     async def dashboard_style(name: str) -> Response:
         """The dashboard's styles."""
         return assets.response(name, ".css")

@@ -49,8 +49,9 @@ def create_viewer_app(run: Path, token: str) -> Starlette:
     async def home(request: Request) -> Response:
         return RedirectResponse("/viewer")
 
-    return Starlette(routes=[Route("/", home), Route("/viewer", page), Route("/dashboard/js/{name}", static(".js")),
-                             Route("/dashboard/css/{name}", static(".css")),
+    return Starlette(routes=[Route("/", home), Route("/viewer", page),
+                             Route("/dashboard/static/js/{name}", static(".js")),
+                             Route("/dashboard/static/css/{name}", static(".css")),
                              Route(RUN_PATH, run_text)])
 
 
