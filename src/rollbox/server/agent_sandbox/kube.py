@@ -115,8 +115,8 @@ class KubernetesApi:
                        f"SandboxClaims and Sandboxes only, not {request.method} {request.url.path}")
 
     async def core_versions(self, request: Request, tenant: str) -> Response:
-        """Kubernetes discovery: the core API's versions (rollbox serves none of its resources)."""
-        return json_response({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+        """Kubernetes discovery: the core API's versions, none (rollbox serves none of its resources)."""
+        return json_response({"kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": []})
 
     async def api_groups(self, request: Request, tenant: str) -> Response:
         """Kubernetes discovery: agent-sandbox's two API groups."""
