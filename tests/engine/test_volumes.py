@@ -12,6 +12,7 @@ import pytest
 from rollbox.engine import Engine
 from rollbox.engine.volumes import Volume
 from rollbox.errors import Conflict, FileNotFound, InvalidRequest, VolumeInUse, VolumeNotFound
+from rollbox.spec import SandboxTemplate
 from tests.support.engines import template_for
 from tests.support.volumes import loop_devices, mounted
 
@@ -148,6 +149,31 @@ def test_a_restarted_engine_mounts_its_volumes_again_and_removes_orphans(tmp_pat
         assert (engine.volumes.path(volume) / "kept").read_text() == "yes"
         assert image in loop_devices()
         assert str(orphan) not in loop_devices() and not orphan.exists() and not partial.exists()
+    finally:
+        teardown_engine(engine)
+    assert image not in loop_devices()
+
+
+def test_containers_keep_their_volumes_through_an_engine_restart_and_a_kill(tmp_path: Path) -> None:
+    from tests.support.engines import make_engine, teardown_engine
+
+    engine = make_engine(tmp_path)
+    try:
+        engine.build(SandboxTemplate.model_validate({"metadata": {"name": "plain"}}))
+        volume = engine.volumes.create("test/adopted", 16 * MiB)
+        kept = engine.create("plain", volume_mounts=[(volume.key, "/workspace", False)])
+        killed = engine.create("plain", volume_mounts=[(volume.key, "/data", True)])
+        assert kept.exec("echo before > /workspace/f").ok
+        engine.close()  # containers stay: so does their volume's mount
+        image = str(engine.volumes.images / f"{volume.id}.img")
+        assert loop_devices().count(image) == 1
+        subprocess.run(["runc", "--root", str(engine.data_dir / "runtime" / "runc"), "kill", f"{killed.id}.0", "KILL"],
+                       check=True)
+        engine = Engine(engine.data_dir, run_dir=engine.run_dir)
+        assert loop_devices().count(image) == 1  # adopted, not attached twice
+        assert engine.get(kept.id).exec("cat /workspace/f").stdout == "before\n"
+        assert engine.get(killed.id).exec("cat /data/f").stdout == "before\n"  # restarted with its volume
+        assert not engine.get(killed.id).exec("touch /data/g").ok
     finally:
         teardown_engine(engine)
     assert image not in loop_devices()

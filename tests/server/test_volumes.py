@@ -89,6 +89,8 @@ def test_a_workspace_outlives_its_sandboxes_and_a_server_crash(server: Server) -
     # Not part of reset, nor of a fork's children (who get it read-only).
     writer.reset()
     assert writer.run("cat /workspace/progress").stdout == "step 1\n"
+    assert loop_devices().count(_image_of(server)) == 1  # one loop device and one host mount per volume, ever
+    assert sum(point.startswith(str(server.data_dir / "volumes" / "mnt")) for point in mounted()) == 1
     children = writer.fork(2)
     assert all(child.info.volumes[0].read_only for child in children)
     assert not children[0].run("echo child > /workspace/progress").ok
