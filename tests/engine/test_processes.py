@@ -123,3 +123,15 @@ def test_processes_die_with_a_reset(sandbox: Container) -> None:
         return await sandbox.engine.processes(sandbox.id).list()
 
     assert run(main()) == []
+
+
+def test_a_foreground_timeout_spares_background_processes(sandbox: Container) -> None:
+    """A timed-out command's process tree is killed, and nothing else (gVisor has no subreapers: the agent
+    tells its own processes by their session)."""
+    async def main() -> bool:
+        processes = sandbox.engine.processes(sandbox.id)
+        info = await processes.start(ProcessRequest(command="sleep 100"))
+        assert sandbox.exec("sleep 100 & sleep 100", timeout=0.3).timed_out
+        return (await processes.get(info.id)).running
+
+    assert run(main())

@@ -32,6 +32,10 @@ ANSWER_TIMEOUT = 30.0
 INTERRUPT_GRACE = 1.0
 """Seconds a shell command has to end after its interrupt (SIGINT) before it is killed."""
 KILL_GRACE = 10.0
+NO_ROOM = b"rollbox-agent: fork failed"
+"""How the agent answers a connection it had no process to serve (the sandbox is at its pids limit)."""
+NO_ROOM_RETRIES = 100
+"""Tries, 50 ms apart, at a sandbox at its pids limit: killing a fork bomb needs one connection to get through."""
 """Seconds a killed shell command has to be reported before the shell counts as stuck."""
 
 
@@ -80,10 +84,12 @@ class _Connection:
             raise _error(payload.decode(errors="replace"), self.process_id)
         return kind, payload
 
-    async def acknowledged(self) -> tuple[int, int]:
+    async def acknowledged(self, first: bool = False) -> tuple[int, int]:
         """Waits for the answer to a batch, skipping output: (pid, offset)."""
         while True:
             kind, payload = await self.frame()
+            if first and kind == b"r" and payload.startswith(NO_ROOM):
+                raise _NoRoom
             if kind == b"k":
                 pid, offset = payload.split()
                 return int(pid), int(offset)
@@ -108,20 +114,47 @@ class ContainerProcesses:
 
     async def _exchange(self, process_id: str, frames: Sequence[bytes], until: bytes) -> list[tuple[bytes, bytes]]:
         """Sends `frames` on a new connection and reads the answer up to a frame of kind `until`."""
-        connection = await self._connect(process_id)
-        try:
-            async with asyncio.timeout(ANSWER_TIMEOUT):
-                await connection.send(*frames)
-                answer = []
-                while True:
-                    kind, payload = await connection.frame()
-                    answer.append((kind, payload))
-                    if kind == until:
-                        return answer
-        except (OSError, asyncio.IncompleteReadError, TimeoutError):
-            raise _lost(self._agent.container_id) from None
-        finally:
-            connection.writer.close()
+        for _ in range(NO_ROOM_RETRIES):
+            connection = await self._connect(process_id)
+            try:
+                async with asyncio.timeout(ANSWER_TIMEOUT):
+                    await connection.send(*frames)
+                    answer = []
+                    while True:
+                        kind, payload = await connection.frame()
+                        if kind == b"r" and payload.startswith(NO_ROOM):
+                            raise _NoRoom
+                        answer.append((kind, payload))
+                        if kind == until:
+                            return answer
+            except _NoRoom:
+                await asyncio.sleep(0.05)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError):
+                raise _lost(self._agent.container_id) from None
+            finally:
+                connection.writer.close()
+        raise _no_room()
+
+    async def _attached(self, process_id: str, offset: int | None) -> tuple[_Connection, int, int]:
+        """A connection following the process's output from `offset`, with its pid and the offset it starts at."""
+        for _ in range(NO_ROOM_RETRIES):
+            connection = await self._connect(process_id)
+            try:
+                async with asyncio.timeout(ANSWER_TIMEOUT):
+                    await connection.send(_frame(b"A", process_id.encode()),
+                                          _line(b"f", -1 if offset is None else offset), _frame(b"x", b""))
+                    pid, start = await connection.acknowledged(first=True)
+                    return connection, pid, start
+            except _NoRoom:
+                connection.writer.close()
+                await asyncio.sleep(0.05)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError):
+                connection.writer.close()
+                raise _lost(self._agent.container_id) from None
+            except BaseException:
+                connection.writer.close()
+                raise
+        raise _no_room()
 
     async def start(self, request: ProcessRequest, *, env: dict[str, str] | None = None, shell: bool = False
                     ) -> ProcessInfo:
@@ -181,15 +214,8 @@ class ContainerProcesses:
 
     async def events(self, process_id: str, offset: int | None = 0) -> AsyncIterator[ProcessEvent]:
         """The process's output from `offset` (None: from now) as it comes, then its end."""
-        connection = await self._connect(process_id)
+        connection, pid, start = await self._attached(process_id, offset)
         try:
-            try:
-                async with asyncio.timeout(ANSWER_TIMEOUT):
-                    await connection.send(_frame(b"A", process_id.encode()),
-                                          _line(b"f", -1 if offset is None else offset), _frame(b"x", b""))
-                    pid, start = await connection.acknowledged()
-            except (OSError, asyncio.IncompleteReadError, TimeoutError):
-                raise _lost(self._agent.container_id) from None
             yield ProcessEvent(type="start", pid=pid, offset=start)
             async for event in _output(connection, start):
                 yield event
@@ -198,7 +224,7 @@ class ContainerProcesses:
 
     async def run_in_shell(self, process_id: str, command: ShellCommand) -> ExecResult:
         """Runs one command in a shell session (see `ShellRun`)."""
-        connection = await self._connect(process_id)
+        connection, _, _ = await self._attached(process_id, None)
         try:
             return await ShellRun(connection, command, command.output_limit or self._output_limit).run()
         except (OSError, asyncio.IncompleteReadError):
@@ -285,6 +311,15 @@ class _Kept:
         return (self.total if self.end is None else self.end) > self.limit
 
 
+class _NoRoom(Exception):
+    """The agent had no process to serve a connection."""
+
+
+def _no_room() -> CapacityExceeded:
+    return CapacityExceeded("the sandbox is at its process limit and its agent cannot serve the call: kill some of "
+                            "its processes (or reset it) and try again")
+
+
 class ShellRun:
     """One command in a shell session, SWE-agent style: written to the shell's stdin, with markers printed
     after it on stdout (with its exit status) and on stderr, which end its output.
@@ -309,9 +344,6 @@ class ShellRun:
         started = loop.time()
         connection = self.connection
         async with asyncio.timeout(ANSWER_TIMEOUT):
-            await connection.send(_frame(b"A", connection.process_id.encode()), _line(b"f", -1),
-                                  _frame(b"x", b""))
-            await connection.acknowledged()
             await connection.send(_frame(b"i", self.script.encode()), _frame(b"x", b""))
         timed_out = False
         if not await self._until_markers(self.command.timeout):

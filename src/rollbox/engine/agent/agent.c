@@ -418,7 +418,10 @@ static int is_descendant(pid_t pid, pid_t root) {
     return 0;
 }
 
+/* The agent's own processes (its handlers, background processes' supervisors) share its session, which no
+ * command can join (each starts a session of its own); gVisor does not always show their exe as ours. */
 static int is_agent(pid_t pid) {
+    if (getsid(pid) == getsid(0)) return 1;
     char path[64], exe[256];
     snprintf(path, sizeof path, "/proc/%d/exe", pid);
     ssize_t n = readlink(path, exe, sizeof exe - 1);
