@@ -10,12 +10,14 @@ import os
 import time
 from collections.abc import Iterator
 
+import anyio
 import httpx
 import pytest
 from e2b import (
     AsyncSandbox,
     AuthenticationException,
     CommandExitException,
+    FilesystemEventType,
     PtySize,
     Sandbox,
     SandboxException,
@@ -73,6 +75,7 @@ def test_a_sandbox_from_a_warm_pool_runs_commands_and_files_until_killed() -> No
     assert (result.exit_code, result.stdout, result.stderr) == (0, "hello there\n/tmp\n", "oops\n")
     assert "".join(seen).count("oops") == 1 and "hello there" in "".join(seen)
 
+    watcher = sandbox.files.watch_dir("/tmp", recursive=True)
     sandbox.files.write("/tmp/work/notes.txt", "first\n")
     sandbox.files.write_files([{"path": "/tmp/work/a.bin", "data": b"\x00\x01"},
                                {"path": "/tmp/work/b.txt", "data": "b"}])
@@ -83,8 +86,11 @@ def test_a_sandbox_from_a_warm_pool_runs_commands_and_files_until_killed() -> No
     assert sandbox.files.make_dir("/tmp/work/sub") and not sandbox.files.make_dir("/tmp/work/sub")
     assert sandbox.files.rename("/tmp/work/b.txt", "/tmp/work/sub/c.txt").path == "/tmp/work/sub/c.txt"
     assert sandbox.commands.run("cat /tmp/work/sub/c.txt").stdout == "b"
+    assert ("work/sub/c.txt", FilesystemEventType.CREATE) in {(e.name, e.type) for e in watcher.get_new_events()}
     sandbox.files.remove("/tmp/work")
     assert not sandbox.files.exists("/tmp/work")
+    assert ("work", FilesystemEventType.REMOVE) in {(e.name, e.type) for e in watcher.get_new_events()}
+    watcher.stop()
     assert sandbox.commands.run("cat /opt/data/file").stdout == "baseline\n"  # the template's files
 
     info = sandbox.get_info()
@@ -218,9 +224,17 @@ async def test_async_sandbox() -> None:
         seen: list[str] = []
         result = await sandbox.commands.run("echo $WHO", on_stdout=seen.append)
         assert result.stdout == "async\n" and "".join(seen) == "async\n"
+        events: list[str] = []
+        watcher = await sandbox.files.watch_dir("/tmp", on_event=lambda event: events.append(event.name))
         await sandbox.files.write("/tmp/async/a.txt", "data")
         assert await sandbox.files.read("/tmp/async/a.txt") == "data"
         assert [entry.name for entry in await sandbox.files.list("/tmp/async")] == ["a.txt"]
+        for _ in range(40):
+            if events:
+                break
+            await anyio.sleep(0.05)
+        await watcher.stop()
+        assert events == ["async"]
         with pytest.raises(CommandExitException):
             await sandbox.commands.run("exit 1")
         handle = await sandbox.commands.run("read line; echo got $line", background=True, stdin=True)

@@ -19,7 +19,7 @@ import logging
 import posixpath
 import signal
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ from rollbox.node import Node
 from rollbox.server.e2b.access import Access
 from rollbox.server.e2b.connect import Call, Method, RpcError, handle
 from rollbox.server.e2b.protocol import message_class
+from rollbox.server.e2b.watch import Watchers, follow
 
 log = logging.getLogger("rollbox.server.e2b")
 
@@ -107,6 +108,7 @@ class Daemon:
         self.node = node
         self.access = access
         self._forgetting: set[asyncio.Future[None]] = set()
+        self._watchers = Watchers()
         self.methods: dict[str, Method] = {
             "/process.Process/Start": Method(P("process.StartRequest"), self.start, streaming=True),
             "/process.Process/Connect": Method(P("process.ConnectRequest"), self.connect, streaming=True),
@@ -122,6 +124,11 @@ class Daemon:
             "/filesystem.Filesystem/MakeDir": Method(P("filesystem.MakeDirRequest"), self.make_dir),
             "/filesystem.Filesystem/Move": Method(P("filesystem.MoveRequest"), self.move),
             "/filesystem.Filesystem/Remove": Method(P("filesystem.RemoveRequest"), self.remove),
+            "/filesystem.Filesystem/WatchDir": Method(P("filesystem.WatchDirRequest"), self.watch_dir, streaming=True),
+            "/filesystem.Filesystem/CreateWatcher": Method(P("filesystem.CreateWatcherRequest"), self.create_watcher),
+            "/filesystem.Filesystem/GetWatcherEvents": Method(P("filesystem.GetWatcherEventsRequest"),
+                                                              self.watcher_events),
+            "/filesystem.Filesystem/RemoveWatcher": Method(P("filesystem.RemoveWatcherRequest"), self.remove_watcher),
         }
 
     def routes(self) -> list[Route]:
@@ -309,6 +316,42 @@ class Daemon:
     async def remove(self, call: Call, request: Any) -> Message:
         await self._files(call, "remove", request.path, recursive=True)
         return P("filesystem.RemoveResponse")()
+
+    def _lister(self, call: Call) -> Callable[[str], Coroutine[Any, Any, list[FileInfo]]]:
+        return lambda path: self._files(call, "list", path)
+
+    async def create_watcher(self, call: Call, request: Any) -> Message:
+        sandbox: Sandbox = call.context
+        watcher_id = await self._watchers.create((sandbox.tenant, sandbox.id), self._lister(call), request.path,
+                                                 request.recursive)
+        return P("filesystem.CreateWatcherResponse")(watcher_id=watcher_id)
+
+    async def watcher_events(self, call: Call, request: Any) -> Message:
+        sandbox: Sandbox = call.context
+        found = await self._watchers.events((sandbox.tenant, sandbox.id), self._lister(call), request.watcher_id)
+        answer = P("filesystem.GetWatcherEventsResponse")()
+        for name, kind, info in found:
+            event = answer.events.add(name=name, type=kind)
+            if info is not None:
+                event.entry.CopyFrom(_entry(info))
+        return answer
+
+    async def remove_watcher(self, call: Call, request: Any) -> Message:
+        sandbox: Sandbox = call.context
+        self._watchers.remove((sandbox.tenant, sandbox.id), request.watcher_id)
+        return P("filesystem.RemoveWatcherResponse")()
+
+    async def watch_dir(self, call: Call, request: Any) -> AsyncIterator[Message]:
+        async for found in follow(self._lister(call), request.path, request.recursive):
+            if not found:
+                started = P("filesystem.WatchDirResponse")()
+                started.start.SetInParent()
+                yield started
+            for name, kind, info in found:
+                answer = P("filesystem.WatchDirResponse")(filesystem={"name": name, "type": kind})
+                if info is not None and request.include_entry:
+                    answer.filesystem.entry.CopyFrom(_entry(info))
+                yield answer
 
     # -- plain HTTP: file transfers and health -----------------------------------------------
 
