@@ -118,13 +118,14 @@ def propagated(call: C) -> C:
 
 def server_span(name: str, headers: Iterable[tuple[bytes, bytes]],
                 attributes: Mapping[str, Any]) -> contextlib.AbstractContextManager[Any]:
-    """A server span for one request, the child of its caller's span when its headers carry a trace context."""
+    """A server span for one request, the child of its caller's span when its headers carry a trace context. It is
+    current while the block runs, and ended by the caller (a streamed answer ends it when its stream does)."""
     from opentelemetry import propagate
     from opentelemetry.trace import SpanKind
 
     carrier = {key.decode("latin-1"): value.decode("latin-1") for key, value in headers if key in HEADERS}
     return _tracer.start_as_current_span(name, context=propagate.extract(carrier), kind=SpanKind.SERVER,
-                                         attributes=attributes)
+                                         attributes=attributes, end_on_exit=False)
 
 
 def exec_phases(connecting: int, spawned: int | None, ended: int) -> None:
@@ -134,6 +135,8 @@ def exec_phases(connecting: int, spawned: int | None, ended: int) -> None:
     from opentelemetry import trace
 
     current = trace.get_current_span()
+    if not current.is_recording():  # a streamed command outlives its request's span
+        return
     started = getattr(current, "start_time", None) or connecting
     spawned = ended if spawned is None else spawned
     current.set_attributes({"rollbox.exec.queue_ms": (connecting - started) / 1e6,

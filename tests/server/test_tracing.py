@@ -18,6 +18,7 @@ from tests.support.tracing import Receiver, Span, local, traced_here
 pytestmark = pytest.mark.anyio
 TASK = next(task for task in example_tasks() if task.id == "ledger-format-cents")
 EXEC = "POST /v1/sandboxes/{sandbox_id}/exec"
+STREAM = EXEC + "/stream"
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +115,16 @@ async def test_tracing_off_sends_no_trace_context(url: str, collector: Receiver)
             client.list_sandboxes()
     assert "traceparent" not in seen[0] and "traceparent" in seen[1]
 
+
+
+async def test_a_streamed_commands_span_lasts_until_its_stream_ends(url: str, collector: Receiver) -> None:
+    lines: list[str] = []
+    with traced_here() as memory:
+        async with AsyncSandboxClient(url) as client, await client.create_sandbox(template=TASK.template) as sandbox:
+            result = await sandbox.commands.run("echo one; sleep 0.3; echo two", on_stdout=lines.append)
+        mine = [local(span) for span in memory.get_finished_spans()]
+    assert result.exit_code == 0 and "".join(lines) == "one\ntwo\n"
+    [call] = [span for span in mine if span.name == "rollbox.exec"]
+    collector.wait_for(STREAM)
+    served = only(mine + collector.spans, call, STREAM)
+    assert served.attributes["rollbox.exec.command_ms"] >= 300

@@ -5,7 +5,10 @@ server without it runs exactly the code it ran before."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import TYPE_CHECKING, Any
+
+from starlette.responses import StreamingResponse
 
 from rollbox import tracing
 
@@ -21,9 +24,25 @@ def traced_endpoint(spec: RouteSpec, endpoint: Endpoint) -> Endpoint:
 
     async def traced(scope: Any, receive: Any, args: dict[str, Any]) -> Any:
         attributes = {**route, "rollbox.sandbox.id": args["sandbox_id"]} if "sandbox_id" in args else route
-        with tracing.server_span(name, scope["headers"], attributes) as span:
-            response = await endpoint(scope, receive, args)
-            span.set_attribute("http.response.status_code", response.status_code)
-            return response
+        try:
+            with tracing.server_span(name, scope["headers"], attributes) as span:
+                response = await endpoint(scope, receive, args)
+        except BaseException:
+            span.end()
+            raise
+        span.set_attribute("http.response.status_code", response.status_code)
+        if isinstance(response, StreamingResponse):  # the work goes on while the answer streams
+            response.body_iterator = _ending(response.body_iterator, span)
+        else:
+            span.end()
+        return response
 
     return traced
+
+
+async def _ending(body: AsyncIterable[Any], span: Any) -> AsyncIterator[Any]:
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        span.end()
