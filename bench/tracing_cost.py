@@ -10,6 +10,7 @@ machine would take them off the server's hands (the server still encodes and sen
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
@@ -91,7 +92,6 @@ class Side:
         self.execs: list[float] = []
 
     async def claim_round(self, count: int) -> None:
-        await self.control.settle()
         held = []
         with self._tracing():
             for _ in range(count):
@@ -102,7 +102,6 @@ class Side:
             await sandbox.delete()
 
     async def exec_round(self, count: int) -> None:
-        await self.control.settle()
         sandbox = await self.client.create_sandbox(warmpool=NAME)
         try:
             with self._tracing():
@@ -154,7 +153,9 @@ async def tracing_overhead(plan: Plan, progress: Progress, baseline: Path | None
                 await side.control.apply(pool)
             for number in range(rounds):
                 for side in sides if number % 2 == 0 else reversed(sides):
+                    await settled(sides)
                     await side.claim_round(count)
+                    await settled(sides)
                     await side.exec_round(count)
                 progress.advance(task)
             figures = _figures(sides)
@@ -167,6 +168,11 @@ async def tracing_overhead(plan: Plan, progress: Progress, baseline: Path | None
             except Exception as error:
                 print(f"stopping the tracing {side.name!r} server failed: {error!r}", flush=True)
         sink.close()
+
+
+async def settled(sides: list[Side]) -> None:
+    """Every server's pool full and nothing starting: no side's round meets another's refill."""
+    await asyncio.gather(*(side.control.settle() for side in sides))
 
 
 def _figures(sides: list[Side]) -> Figures:

@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="send OpenTelemetry spans of the episodes and the embedded server's work to the OTLP "
                              "collector of OTEL_EXPORTER_OTLP_ENDPOINT, or print them (docs/observability.md)")
     args = parser.parse_args(argv)
-    if args.tracing:
+    if args.tracing and not tracing.on:
         os.environ["OTEL_TRACES_EXPORTER"] = args.tracing  # the embedded server, a child process, traces too
         tracing.enable(args.tracing)
     exit_on_sigterm()  # stopped by timeout or kill, the embedded server and its sandboxes still go
