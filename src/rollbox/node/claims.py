@@ -71,6 +71,11 @@ class Claim:
         return cls(**json.loads(text))
 
 
+def environment(claim: Claim, env: dict[str, str] | None) -> dict[str, str] | None:
+    """The claim's environment with a call's own over it."""
+    return {**claim.env, **env} if claim.env and env else (env or claim.env)
+
+
 def gone(sandbox_id: str) -> SandboxNotFound:
     return SandboxNotFound(f"sandbox {sandbox_id!r} does not exist (deleted, expired or never created)")
 

@@ -16,7 +16,7 @@ import contextlib
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from anyio import to_thread
@@ -47,7 +47,7 @@ from rollbox.models import (
 )
 from rollbox.node.base import FileOp, OutputCallback
 from rollbox.node.capacity import Capacity
-from rollbox.node.claims import Claim, as_sandbox, gone
+from rollbox.node.claims import Claim, as_sandbox, environment, gone
 from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
 from rollbox.node.processes import ProcessOperations
@@ -231,21 +231,27 @@ class LocalNode(ProcessOperations):
 
     async def exec(self, tenant: str, sandbox_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
                    on_stderr: OutputCallback | None = None) -> ExecResult:
+        async with self._calling(tenant, sandbox_id, "running commands") as claim:
+            return await self.engine.exec_async(
+                claim.container_id, request.command, timeout=request.timeout, env=environment(claim, request.env),
+                cwd=request.cwd, user=request.user, stdin=request.stdin, output_limit=request.output_limit,
+                isolated=request.isolated, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    @contextlib.asynccontextmanager
+    async def _calling(self, tenant: str, sandbox_id: str, doing: str) -> AsyncIterator[Claim]:
+        """`_using` for a call made on the event loop: the claim, refused while its user has it paused, woken in a
+        thread when it is paused for idleness."""
         claim = self._get(tenant, sandbox_id)
         if claim.paused == "user":
-            raise SandboxNotRunning(f"sandbox {sandbox_id} is paused: resume it before running commands")
+            raise SandboxNotRunning(f"sandbox {sandbox_id} is paused: resume it before {doing}")
         with self.lock:
             claim.busy += 1
             idle = claim.paused == "idle"
         try:
             if idle:
                 await to_thread.run_sync(self._wake, claim)
-            env = {**claim.env, **request.env} if claim.env and request.env else (request.env or claim.env)
             with as_sandbox(claim):
-                return await self.engine.exec_async(
-                    claim.container_id, request.command, timeout=request.timeout, env=env, cwd=request.cwd,
-                    user=request.user, stdin=request.stdin, output_limit=request.output_limit,
-                    isolated=request.isolated, on_stdout=on_stdout, on_stderr=on_stderr)
+                yield claim
         finally:
             with self.lock:
                 claim.busy -= 1

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from anyio import to_thread
-
 from rollbox.engine.processes import ContainerProcesses
-from rollbox.errors import SandboxNotRunning
 from rollbox.models import (
     ExecResult,
     ProcessControl,
@@ -28,11 +24,9 @@ from rollbox.models import (
     ShellCommand,
     ShellRequest,
 )
-from rollbox.node.claims import Claim, as_sandbox
+from rollbox.node.claims import Claim, environment
 
 if TYPE_CHECKING:
-    import threading
-
     from rollbox.engine import Engine
 
 _shell_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
@@ -40,36 +34,22 @@ _shell_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakr
 
 
 class ProcessOperations:
-    """`LocalNode`'s process operations (a mixin: it uses the node's claims, lock and engine)."""
+    """`LocalNode`'s process operations (a mixin: it uses the node's claims and engine)."""
 
     engine: Engine
-    lock: threading.Lock
 
-    def _get(self, tenant: str, sandbox_id: str) -> Claim: ...  # LocalNode's
-    def _wake(self, claim: Claim) -> None: ...  # LocalNode's
+    def _calling(self, tenant: str, sandbox_id: str, doing: str) -> contextlib.AbstractAsyncContextManager[Claim]:
+        ...  # LocalNode's
 
     @contextlib.asynccontextmanager
     async def _processes_of(self, tenant: str, sandbox_id: str) -> AsyncIterator[tuple[Claim, ContainerProcesses]]:
-        """The claim's container's processes, with the claim marked in use (and woken if idle-paused)."""
-        claim = self._get(tenant, sandbox_id)
-        if claim.paused == "user":
-            raise SandboxNotRunning(f"sandbox {sandbox_id} is paused: resume it before using its processes")
-        with self.lock:
-            claim.busy += 1
-            idle = claim.paused == "idle"
-        try:
-            if idle:
-                await to_thread.run_sync(self._wake, claim)
-            with as_sandbox(claim):
-                yield claim, self.engine.processes(claim.container_id)
-        finally:
-            with self.lock:
-                claim.busy -= 1
-                claim.last_used = time.monotonic()
+        """The claim's container's processes, with the claim in use as for `exec`."""
+        async with self._calling(tenant, sandbox_id, "using its processes") as claim:
+            yield claim, self.engine.processes(claim.container_id)
 
     async def start_process(self, tenant: str, sandbox_id: str, request: ProcessRequest) -> ProcessInfo:
         async with self._processes_of(tenant, sandbox_id) as (claim, processes):
-            return await processes.start(request, env=_env(claim, request.env))
+            return await processes.start(request, env=environment(claim, request.env))
 
     async def processes(self, tenant: str, sandbox_id: str) -> list[ProcessInfo]:
         async with self._processes_of(tenant, sandbox_id) as (_, processes):
@@ -99,7 +79,7 @@ class ProcessOperations:
 
     async def start_shell(self, tenant: str, sandbox_id: str, request: ShellRequest) -> ProcessInfo:
         async with self._processes_of(tenant, sandbox_id) as (claim, processes):
-            return await processes.start_shell(env=_env(claim, request.env), cwd=request.cwd, user=request.user,
+            return await processes.start_shell(env=environment(claim, request.env), cwd=request.cwd, user=request.user,
                                                shell=request.shell)
 
     async def run_in_shell(self, tenant: str, sandbox_id: str, process_id: str, request: ShellCommand) -> ExecResult:
@@ -110,8 +90,3 @@ class ProcessOperations:
                 lock = _shell_locks[key] = asyncio.Lock()
             async with lock:
                 return await processes.run_in_shell(process_id, request)
-
-
-def _env(claim: Claim, env: dict[str, str] | None) -> dict[str, str] | None:
-    """The claim's environment under the request's (as for `exec`)."""
-    return {**claim.env, **env} if claim.env and env else (env or claim.env)
