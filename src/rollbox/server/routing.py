@@ -9,6 +9,7 @@ handler raises.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
 
-from rollbox.errors import MethodNotAllowed, NotFound, UnprocessableBody
+from rollbox.errors import InvalidRequest, MethodNotAllowed, NotFound, UnprocessableBody
 from rollbox.server.auth import ClusterSecret, Tenants
 from rollbox.server.tracing import traced_endpoint
 
@@ -213,6 +214,17 @@ async def read_body(receive: Receive) -> bytes:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A body that must be a JSON object, for the facades that read other APIs' shapes without a model."""
+    try:
+        value = json.loads(raw)
+    except ValueError as error:
+        raise InvalidRequest(f"the body is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return value
 
 
 def parse(model: type[BaseModel], raw: bytes) -> Any:

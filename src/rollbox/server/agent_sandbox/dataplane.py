@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import email.message
-import json
 import logging
 import re
 import urllib.parse
@@ -32,7 +31,7 @@ from rollbox.server.agent_sandbox.claims import Claims
 from rollbox.server.agent_sandbox.objects import DEFAULT_NAMESPACE
 from rollbox.server.auth import TENANT_HEADER, ClusterSecret, Tenants
 from rollbox.server.responses import json_response
-from rollbox.server.routing import read_body
+from rollbox.server.routing import json_object, read_body
 
 log = logging.getLogger("rollbox.server")
 
@@ -123,7 +122,7 @@ class DataPlane:
     async def execute(self, target: Target) -> Response:
         """Runs `command` under /bin/sh -c; `timeout_seconds` ends it as a timed-out result, X-Sandbox-Timeout as
         a 504 (the router's answer), either way with the command killed."""
-        body = _json(target.body)
+        body = json_object(target.body)
         command, limit = body.get("command"), body.get("timeout_seconds")
         if not isinstance(command, str) or not command:
             raise InvalidRequest("command: a non-empty string is required")
@@ -242,16 +241,6 @@ def _routing(scope: Scope) -> tuple[str, str, float | None]:
         if not 0 < seconds < float("inf"):
             raise InvalidRequest("Invalid timeout format: X-Sandbox-Timeout is a positive number of seconds.")
     return sandbox_id, namespace, seconds
-
-
-def _json(body: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(body)
-    except ValueError as error:
-        raise InvalidRequest(f"the body is not JSON: {error}") from None
-    if not isinstance(value, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return value
 
 
 def _multipart_file(body: bytes, content_type: str) -> tuple[str, bytes]:

@@ -34,6 +34,7 @@ from rollbox.server.agent_sandbox.objects import (
 )
 from rollbox.server.auth import TENANT_HEADER, ClusterSecret, Tenants
 from rollbox.server.responses import json_response
+from rollbox.server.routing import json_object
 
 CLAIMS = f"/apis/{CLAIM_GROUP}/{VERSION}/namespaces/{{namespace}}/sandboxclaims"
 SANDBOXES = f"/apis/{SANDBOX_GROUP}/{VERSION}/namespaces/{{namespace}}/sandboxes"
@@ -134,7 +135,7 @@ class KubernetesApi:
 
     async def create_claim(self, request: Request, tenant: str) -> Response:
         """Creates a SandboxClaim: claims a sandbox from its warm pool."""
-        claim = await self.claims.create(tenant, request.path_params["namespace"], _json(await request.body()))
+        claim = await self.claims.create(tenant, request.path_params["namespace"], json_object(await request.body()))
         return json_response(claim.as_created(), 201)
 
     async def list_claims(self, request: Request, tenant: str) -> Response:
@@ -153,7 +154,7 @@ class KubernetesApi:
     async def delete_claim(self, request: Request, tenant: str) -> Response:
         """Deletes a SandboxClaim and its sandbox (preconditions.uid honoured)."""
         body = await request.body()
-        options = _json(body) if body.strip() else {}
+        options = json_object(body) if body.strip() else {}
         uid = (options.get("preconditions") or {}).get("uid")
         claim = await self.claims.delete(tenant, request.path_params["namespace"], request.path_params["name"], uid)
         return json_response(claim.as_now(deleted_at=time.time()))
@@ -188,16 +189,6 @@ def _resources(group_version: str, plural: str, kind: str, verbs: list[str]) -> 
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
             "resources": [{"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind,
                            "verbs": verbs}]}
-
-
-def _json(body: bytes) -> Any:
-    try:
-        value = json.loads(body)
-    except ValueError as error:
-        raise InvalidRequest(f"the body is not JSON: {error}") from None
-    if not isinstance(value, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return value
 
 
 def _matcher(request: Request) -> Callable[[Entry], bool]:
