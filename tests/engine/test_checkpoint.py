@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from rollbox.engine import Container, Engine
-from rollbox.errors import CapacityExceeded, RestoreFailed
+from rollbox.errors import CapacityExceeded, RestoreFailed, RuntimeUnavailable, SandboxNotRunning
 from rollbox.spec import Limits
 from tests.support.engines import template_for
-from tests.support.live import MEMORY_SERVER, ask, start_memory_server
+from tests.support.live import ASK, MEMORY_SERVER, PORT, ask, start_memory_server
 
 GVISOR = template_for("runsc")
 
@@ -127,3 +129,27 @@ def test_standby_survives_recovery_which_removes_orphan_images(engine: Engine, h
     engine.recover()
     assert images(engine) == saved and holder.info.state == "standby"
     assert ask(holder, "pid") == pid
+
+
+def test_a_save_that_fails_loses_the_processes_not_the_sandbox(engine: Engine, holder: Container) -> None:
+    """A command in flight holds a connection from the host, which runsc cannot save: the fork fails, and the
+    sandbox is started again over its files, leaving no image."""
+    holder.exec("echo kept > /tmp/f")
+    outcome: list[BaseException] = []
+
+    def in_flight() -> None:
+        try:
+            holder.exec("sleep 3")
+        except SandboxNotRunning as error:
+            outcome.append(error)
+
+    running = threading.Thread(target=in_flight)
+    running.start()
+    time.sleep(0.5)
+    with pytest.raises(RuntimeUnavailable, match="started again over its files"):
+        holder.fork(1)
+    running.join()
+    assert outcome, "the command in flight went with the processes, with a clear error"
+    assert holder.exec("cat /tmp/f").stdout == "kept\n"
+    assert holder.exec(ASK.format(port=PORT, what="pid")).exit_code != 0  # its processes are gone
+    assert not images(engine)

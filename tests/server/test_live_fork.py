@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -79,3 +80,24 @@ def test_pause_is_a_standby_that_resume_and_the_idle_policy_restore(client: Sand
             time.sleep(0.2)
         assert ask(idle, "pid") == pid  # its next call restores it, under the same id
         assert idle.refresh().info.state == "running"
+
+
+def test_a_fork_while_a_process_is_followed_keeps_the_stream_and_the_parent(client: SandboxClient) -> None:
+    """The agent lets go of a followed process's connection while the host checkpoints (gVisor cannot save it); the
+    stream follows on from where it was, losing and repeating nothing, and the fork succeeds."""
+    with client.create_sandbox(template="live") as parent:
+        counter = parent.commands.run("for i in $(seq 1 30); do echo $i; sleep 0.1; done", background=True)
+        lines: list[str] = []
+        follower = threading.Thread(target=lambda: lines.append(counter.wait().stdout))
+        follower.start()
+        time.sleep(0.5)
+        children = parent.fork(2)
+        try:
+            follower.join(timeout=60)
+            assert not follower.is_alive(), "the stream never ended"
+            assert lines == ["".join(f"{i}\n" for i in range(1, 31))]
+            assert parent.commands.run("echo still here").stdout == "still here\n"
+            assert all(child.commands.run("true").exit_code == 0 for child in children)
+        finally:
+            for child in children:
+                child.delete()

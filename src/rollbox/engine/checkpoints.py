@@ -57,7 +57,11 @@ class Checkpoints:
             self._in_use.add(image_id)
         try:
             self.path(image_id).mkdir(mode=0o700)
-            self.launcher.checkpoint(record, self.path(image_id))
+            try:
+                self.launcher.checkpoint(record, self.path(image_id))
+            except BaseException:
+                self.remove(image_id)
+                raise
             yield image_id
         finally:
             with self._lock:

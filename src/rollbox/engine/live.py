@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -34,10 +35,26 @@ class Live:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
+    @contextlib.contextmanager
+    def _saving(self, record: ContainerRecord) -> Iterator[str]:
+        """`checkpoints.saving`; a container that runsc failed to save (it stops anyway) is started again over its
+        files, so that the sandbox loses its processes and memory, never itself."""
+        saved = False
+        try:
+            with self.engine.checkpoints.saving(record) as image_id:
+                saved = True
+                yield image_id
+        except RuntimeUnavailable as error:
+            if saved:
+                raise
+            self.engine._restart(record)
+            raise RuntimeUnavailable(f"{error}; the sandbox was started again over its files, without its "
+                                     "processes") from None
+
     def fork(self, parent: ContainerRecord, count: int) -> list[ContainerRecord]:
         """Restores `count` children and the parent from one checkpoint of the parent."""
         engine = self.engine
-        with engine.checkpoints.saving(parent) as image_id:
+        with self._saving(parent) as image_id:
             self._check_room(parent, image_id)
             # Accounts are resolved over the image the parent started from, as the file-only fork does: what
             # the parent wrote in /etc/passwd since is the tenant's.
@@ -62,7 +79,7 @@ class Live:
     def snapshot(self, record: ContainerRecord, name: str) -> SnapshotInfo:
         """Saves the container's files and processes under `name`, and restores it to go on."""
         engine = self.engine
-        with engine.checkpoints.saving(record) as image_id:
+        with self._saving(record) as image_id:
             self._check_room(record, image_id)
             image = engine._freeze_upper(record)
             now = time.time()
@@ -75,7 +92,7 @@ class Live:
     def standby(self, record: ContainerRecord) -> None:
         """Saves the container to disk and stops it: it holds no memory until `wake`."""
         engine = self.engine
-        with engine.checkpoints.saving(record) as image_id:
+        with self._saving(record) as image_id:
             record.checkpoint, record.state = image_id, "standby"
             engine._save(record)
             try:

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import secrets
 import shlex
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from rollbox.engine.agent_client import _HEADER, CONNECT_TIMEOUT, AgentClient, AgentRequest, _frame, _lost
-from rollbox.errors import CapacityExceeded, Conflict, InvalidRequest, ProcessNotFound, RollboxError
+from rollbox.errors import (
+    CapacityExceeded,
+    Conflict,
+    InvalidRequest,
+    ProcessNotFound,
+    RollboxError,
+    SandboxNotRunning,
+)
 from rollbox.models import ExecResult, ProcessControl, ProcessEvent, ProcessInfo, ProcessRequest, ShellCommand
 
 BuildRequest = Callable[..., AgentRequest]
@@ -29,6 +38,8 @@ STREAM_BUFFER = 1 << 16
 host holds for a reader that stopped reading. The rest waits in the agent's ring."""
 ANSWER_TIMEOUT = 30.0
 """Seconds to wait for the agent to answer an operation (not a stream) before it counts as lost."""
+RELISTEN_WAIT = 30.0
+"""Seconds a stream that a checkpoint let go of waits for the sandbox to listen again (a fork's restores)."""
 INTERRUPT_GRACE = 1.0
 """Seconds a shell command has to end after its interrupt (SIGINT) before it is killed."""
 KILL_GRACE = 10.0
@@ -213,14 +224,41 @@ class ContainerProcesses:
                              b"k")
 
     async def events(self, process_id: str, offset: int | None = 0) -> AsyncIterator[ProcessEvent]:
-        """The process's output from `offset` (None: from now) as it comes, then its end."""
-        connection, pid, start = await self._attached(process_id, offset)
-        try:
-            yield ProcessEvent(type="start", pid=pid, offset=start)
-            async for event in _output(connection, start):
-                yield event
-        finally:
-            connection.writer.close()
+        """The process's output from `offset` (None: from now) as it comes, then its end.
+
+        A checkpoint (fork, snapshot, standby) makes the agent drop the connection, which gVisor could not save
+        (agent.c's hold()): the output is followed again from where it was once the sandbox listens again."""
+        connection, pid, at = await self._attached(process_id, offset)
+        yield ProcessEvent(type="start", pid=pid, offset=at)
+        while connection is not None:
+            try:
+                async for event in _output(connection, at):
+                    at = at if event.offset is None else event.offset
+                    yield event
+                return
+            except (OSError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                connection.writer.close()
+            connection = await self._followed_again(process_id, at)
+        yield ProcessEvent(type="error", code="sandbox_not_running",
+                           message="the sandbox's agent went away (reset, deleted or stopped)")
+
+    async def _followed_again(self, process_id: str, offset: int) -> _Connection | None:
+        """A connection following the process again after a checkpoint let go of the last one (None: the agent
+        went away for good, or the sandbox stays saved, in standby, for longer than RELISTEN_WAIT)."""
+        socket_path = Path(self._agent.socket_path)
+        hold = socket_path.with_name(socket_path.name + ".hold")
+        if not hold.exists():
+            return None
+        deadline = asyncio.get_running_loop().time() + RELISTEN_WAIT
+        while asyncio.get_running_loop().time() < deadline:
+            if not hold.exists() and socket_path.exists():
+                with contextlib.suppress(SandboxNotRunning):
+                    connection, _, _ = await self._attached(process_id, offset)
+                    return connection
+            await asyncio.sleep(0.05)
+        return None
 
     async def run_in_shell(self, process_id: str, command: ShellCommand) -> ExecResult:
         """Runs one command in a shell session (see `ShellRun`)."""
@@ -245,16 +283,12 @@ def _request_frames(request: AgentRequest) -> list[bytes]:
 
 
 async def _output(connection: _Connection, offset: int) -> AsyncIterator[ProcessEvent]:
-    """Output frames as events (text decoded across chunk boundaries), then the end."""
+    """Output frames as events (text decoded across chunk boundaries), then the end; the connection's errors (the
+    agent let go of it) are the caller's."""
     decoders = {b"o": codecs.getincrementaldecoder("utf-8")("replace"),
                 b"r": codecs.getincrementaldecoder("utf-8")("replace")}
     while True:
-        try:
-            kind, payload = await connection.frame()
-        except (OSError, asyncio.IncompleteReadError):
-            yield ProcessEvent(type="error", code="sandbox_not_running",
-                               message="the sandbox's agent went away (reset, deleted or stopped)")
-            return
+        kind, payload = await connection.frame()
         if kind in decoders:
             offset += len(payload)
             yield ProcessEvent(type="stdout" if kind == b"o" else "stderr", data=decoders[kind].decode(payload),

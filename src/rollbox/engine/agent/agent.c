@@ -709,6 +709,7 @@ static int hold(int listener) {
     if (seteuid(LOCKOUT_ID) < 0) return listener;
     struct stat held;
     if (stat(marker, &held) == 0) {
+        let_go_of_clients();
         close(listener);
         unlink(socket_path);
         while (stat(marker, &held) == 0) usleep(1000);

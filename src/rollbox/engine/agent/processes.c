@@ -148,6 +148,20 @@ static void registry_drain(void) {
     }
 }
 
+/* The host's connections that supervisors follow output on cannot be checkpointed either: main asks each
+ * supervisor (H on its inbox) to drop its clients, and waits a little for each to say it has (h). A dropped
+ * client is the host's follower, which follows again from its offset once the sandbox listens again. */
+static void let_go_of_clients(void) {
+    for (int i = 0; i < nprocs; i++) send(procs[i].inbox, "H", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    long long deadline = now_ms() + 1000;
+    for (int i = 0; i < nprocs; i++) {
+        struct pollfd answer = {procs[i].inbox, POLLIN, 0};
+        char byte = 0;
+        while (byte != 'h' && now_ms() < deadline && poll(&answer, 1, (int)(deadline - now_ms())) > 0)
+            if (recv(procs[i].inbox, &byte, 1, MSG_DONTWAIT) <= 0) break;
+    }
+}
+
 /* A reaped child of the main process: if it was a supervisor, its process is gone. */
 static void proc_reaped(pid_t pid) {
     for (int i = 0; i < nprocs; i++)
@@ -552,6 +566,11 @@ static void supervise(struct supervisor *s, int sigfd) {
                                  .msg_controllen = sizeof control};
             if (recvmsg(s->inbox, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) <= 0) break;
             struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+            if (!cm && byte == 'H') { /* the agent holds for a checkpoint: see let_go_of_clients() */
+                while (s->nclients > 0) drop_client(s, 0);
+                send(s->inbox, "h", 1, MSG_DONTWAIT);
+                continue;
+            }
             if (!cm || cm->cmsg_type != SCM_RIGHTS) continue;
             int fd;
             memcpy(&fd, CMSG_DATA(cm), sizeof fd);
