@@ -38,6 +38,11 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
               "engine_python_per_s": f"python3 print(1), {workers} threads, a sandbox each"}
     if name in engine:
         return engine[name], "engine"
+    tracing_floor = {"tracing_span_cpu_us": "OpenTelemetry SDK: CPU per span recorded, ended, encoded (in-process)",
+                     "tracing_claim_floor_ratio": "warm claim: least p50 ratio its 2 spans allow (their CPU alone)",
+                     "tracing_exec_floor_ratio": "exec true: least p50 ratio its 2 spans allow (their CPU alone)"}
+    if name in tracing_floor:
+        return tracing_floor[name], "opentelemetry-sdk"
     what, _, client = name.rpartition("_")
     phases = {"exec_true": "exec true, 1 client, in turns with engine",
               "exec_load": f"exec true, {workers} clients, a sandbox each",
@@ -55,7 +60,9 @@ def describe(name: str, plan: Plan) -> tuple[str, str]:
               f"http_floor_unix_c{CONCURRENCY[-1]}": "HTTP floor as above, on a unix socket",
               "tracing_claim_off": "warm claim, 1 client, tracing off", "tracing_claim": "warm claim, tracing on",
               "tracing_claim_before": "warm claim, code before tracing", "tracing_exec_off": "exec true, tracing off",
-              "tracing_exec": "exec true, tracing on (OTLP)", "tracing_exec_before": "exec true, code before tracing"}
+              "tracing_exec": "exec true, tracing on (OTLP)", "tracing_exec_before": "exec true, code before tracing",
+              "tracing_claim_sampled": "warm claim, tracing on, 10% of traces sampled",
+              "tracing_exec_sampled": "exec true, tracing on, 10% of traces sampled"}
     if what in phases:
         return phases[what], {"raw": RawClient.label, "sdk": SdkClient.label}[client]
     return name.replace("_", " "), ""
@@ -108,6 +115,8 @@ def table(figures: Figures, plan: Plan) -> Table:
                            cell(value.get("per_s"), 1), cell(value.get("server_cpu_ms")),
                            cell(value.get("client_cpu_ms")), cell(value.get("load"), 1), target, notes(value))
         else:
-            report.add_row(what, client, "", "", "", f"{value}" if name.endswith("per_s") else "", "", "", "",
-                           target, "" if name.endswith("per_s") else f"{value} ms")
+            unit = next((unit for suffix, unit in (("per_s", None), ("_ratio", "x"), ("_us", " µs")) if
+                         name.endswith(suffix)), " ms")
+            report.add_row(what, client, "", "", "", f"{value}" if unit is None else "", "", "", "", target,
+                           "" if unit is None else f"{value}{unit}")
     return report

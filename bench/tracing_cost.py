@@ -33,6 +33,10 @@ from rollbox.server.local import LocalServer
 
 TARGET = 1.05
 """Tracing on: p50 at most 5% above tracing off."""
+SAMPLED = 0.1
+"""The share of traces the sampled side records (OTEL_TRACES_SAMPLER=parentbased_traceidratio)."""
+SPANS_PER_CALL = 2
+"""Spans a claim or an exec records: the SDK's client span and the server's."""
 
 
 class Sink:
@@ -81,8 +85,9 @@ def environment(**changes: str | None) -> Iterator[None]:
 class Side:
     """One embedded server, its client, and the samples taken through them."""
 
-    def __init__(self, name: str, root: Path, traced: bool, env: dict[str, str | None], pool: int) -> None:
-        self.name, self.traced, self.pool = name, traced, pool
+    def __init__(self, name: str, root: Path, tracer: Any, env: dict[str, str | None], pool: int) -> None:
+        """`tracer` is the client's while it talks to this server (None: tracing off)."""
+        self.name, self.tracer, self.pool = name, tracer, pool
         self.data = root / name
         with environment(**env):
             self.server = LocalServer(self.data, max_sandboxes=2 * pool + 8).start()
@@ -114,11 +119,11 @@ class Side:
 
     @contextlib.contextmanager
     def _tracing(self) -> Iterator[None]:
-        tracing.on = self.traced
+        tracing.on, tracer, tracing._tracer = self.tracer is not None, tracing._tracer, self.tracer or tracing._tracer
         try:
             yield
         finally:
-            tracing.on = False
+            tracing.on, tracing._tracer = False, tracer
 
     async def close(self) -> None:
         await self.control.close()
@@ -138,17 +143,19 @@ async def tracing_overhead(plan: Plan, progress: Progress, baseline: Path | None
     sink = Sink()
     plain: dict[str, str | None] = {key: None for key in os.environ if key.startswith("OTEL_")}
     traced = {**plain, "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint}
+    sampled = {**traced, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(SAMPLED)}
     with environment(**traced):
-        tracing.enable("otlp")  # this process's spans go to the sink too, but only while `Side.traced` says so
+        tracing.enable("otlp")  # this process's spans go to the sink too, but only while a side's `tracer` says so
     tracing.on = False
     sides: list[Side] = []
     task = progress.add_task("tracing off and on: claims and execs in alternating rounds", total=rounds)
     try:
         with tempfile.TemporaryDirectory(prefix="rollbox-bench-tracing-", ignore_cleanup_errors=True) as root:
-            sides.append(Side("off", Path(root), False, plain, pool))
-            sides.append(Side("on", Path(root), True, traced, pool))
+            sides.append(Side("off", Path(root), None, plain, pool))
+            sides.append(Side("on", Path(root), tracing._tracer, traced, pool))
+            sides.append(Side("sampled", Path(root), _sampled_tracer(sink), sampled, pool))
             if baseline is not None:
-                sides.append(Side("before", Path(root), False, {**plain, "PYTHONPATH": str(baseline / "src")}, pool))
+                sides.append(Side("before", Path(root), None, {**plain, "PYTHONPATH": str(baseline / "src")}, pool))
             for side in sides:
                 await side.control.apply(pool)
             for number in range(rounds):
@@ -160,6 +167,7 @@ async def tracing_overhead(plan: Plan, progress: Progress, baseline: Path | None
                 progress.advance(task)
             figures = _figures(sides)
             figures["tracing_exec_sdk"]["batches_exported"] = sink.batches
+            figures.update(_span_floor(figures))
             return figures
     finally:
         for side in sides:  # each on its own: one that fails to stop must not leave the others running
@@ -175,6 +183,49 @@ async def settled(sides: list[Side]) -> None:
     await asyncio.gather(*(side.control.settle() for side in sides))
 
 
+def _sampled_tracer(sink: Sink) -> Any:
+    """A tracer of its own for the client of the sampled side, which samples as that side's server does."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(SAMPLED)))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{sink.endpoint}/v1/traces")))
+    return provider.get_tracer("rollbox")
+
+
+def _span_floor(figures: Figures, spans: int = 20_000) -> Figures:
+    """What OpenTelemetry's SDK itself costs: CPU per span recorded, ended and encoded for OTLP (in this process, no
+    network), and the p50 ratio that SPANS_PER_CALL such spans would add to each call if they cost nothing else."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.trace import SpanKind
+
+    class Encoder(SpanExporter):
+        def export(self, batch: Any) -> SpanExportResult:
+            encode_spans(batch).SerializeToString()
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Encoder()))
+    tracer = provider.get_tracer("rollbox")
+    attributes = {"http.route": "/v1/sandboxes/{sandbox_id}/exec", "rollbox.operation": "exec_command",
+                  "rollbox.sandbox.id": "sb-0123456789abcdef"}
+    started = time.process_time()
+    for _ in range(spans):
+        with tracer.start_as_current_span("POST /v1/sandboxes/{sandbox_id}/exec", kind=SpanKind.SERVER,
+                                          attributes=attributes) as span:
+            span.set_attribute("http.response.status_code", 200)
+    per_span_ms = (time.process_time() - started) / spans * 1000
+    provider.shutdown()
+    return {"tracing_span_cpu_us": round(per_span_ms * 1000, 1),
+            **{f"tracing_{phase}_floor_ratio": round(1 + SPANS_PER_CALL * per_span_ms
+                                                     / figures[f"tracing_{phase}_off_sdk"]["p50"], 3)
+               for phase in ("claim", "exec")}}
+
+
 def _figures(sides: list[Side]) -> Figures:
     by_name = {side.name: side for side in sides}
     figures: Figures = {}
@@ -183,6 +234,8 @@ def _figures(sides: list[Side]) -> Figures:
         on = distribution(getattr(by_name["on"], phase + "s"))
         figures[f"tracing_{phase}_off_sdk"] = off
         figures[f"tracing_{phase}_sdk"] = {**on, "off_p50": off["p50"], "ratio": round(on["p50"] / off["p50"], 3)}
+        sampled = distribution(getattr(by_name["sampled"], phase + "s"))
+        figures[f"tracing_{phase}_sampled_sdk"] = {**sampled, "ratio": round(sampled["p50"] / off["p50"], 3)}
         if "before" in by_name:
             before = distribution(getattr(by_name["before"], phase + "s"))
             figures[f"tracing_{phase}_before_sdk"] = {**before, "off_ratio": round(off["p50"] / before["p50"], 3)}

@@ -39,7 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "console_errors(*texts): console errors the test expects (else they fail it)")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real server on a loopback port, with the RL example's template and warm pool applied."""
     engine = make_engine(tmp_path_factory.mktemp("browser"))
@@ -54,9 +54,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         teardown_engine(engine)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Chromium with a new, empty profile; each test opens its own tab (sessionStorage is per tab)."""
+    """Chromium with a new, empty profile; each test opens its own tab (sessionStorage is per tab). Closed with the
+    tier: while Playwright's sync API is open its event loop runs in this thread, and later tiers run their own."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh installs Debian's chromium")
     with playwright_api.sync_playwright() as playwright:

@@ -82,6 +82,8 @@ MEASUREMENTS = {f"{phase}_{client}" for client in ("raw", "sdk") for phase in (
     "claim_c1", "claim_c16", "claim_c64", "claim_c64_shared", "claim_turnover", "exec_true", "exec_load",
     "python_reuse", "python_isolated", "burst")}
 """Each phase through both clients: latencies, rate, CPU per operation of the server and the client."""
+TRACED = {f"tracing_{phase}_sdk" for phase in ("claim", "exec")}
+"""The tracing phase's figures held to a target: tracing on against tracing off."""
 
 
 @pytest.mark.slow
@@ -108,7 +110,10 @@ def test_quick_server_benchmark_prints_every_figure_as_json_and_plots_the_claims
         assert set(figures[name]) == {"p50", "p99", "n"}, name
     for name in ("engine_python_per_s", "router_exec_overhead_ms", "sdk_exec_overhead_ms"):
         assert isinstance(figures[name], int | float), name
-    assert set(figures["missed"]) <= MEASUREMENTS
+    for name in (f"tracing_{phase}_{side}sdk" for phase in ("claim", "exec") for side in ("", "off_", "sampled_")):
+        assert 0 < figures[name]["p50"] <= figures[name]["p99"], name
+    assert figures["tracing_span_cpu_us"] > 0 and figures["tracing_claim_floor_ratio"] > 1
+    assert set(figures["missed"]) <= MEASUREMENTS | TRACED
 
 
 def test_cpus_apart_pins_the_client_and_the_server_loop_then_puts_back_what_they_had(
