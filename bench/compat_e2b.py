@@ -17,26 +17,14 @@ rollbox's own.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import secrets
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 
-import httpx
-from rich.console import Console
 from rich.table import Table
 
-from common import Figures, distribution, load, machine, teardown, timed
+from common import Figures, distribution, load, machine
+from compat import comparison, in_turns, main, refilled, server
 from rollbox.client import SandboxClient
-from rollbox.engine import Engine
 
 POOL = "e2b-bench"
 REPLICAS = 4
@@ -60,49 +48,6 @@ LIFE_TARGET_MS = 25.0
 RUN_RATIO_TARGET = 2.0
 
 
-@contextmanager
-def server() -> Iterator[tuple[str, str]]:
-    """A `rollbox serve` on a free loopback port, with one token; everything it made is gone afterwards."""
-    token = secrets.token_hex(16)
-    with tempfile.TemporaryDirectory(prefix="rollbox-bench-e2b-") as root, socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-        probe.close()
-        data, url = Path(root) / "data", f"http://127.0.0.1:{port}"
-        log = (Path(root) / "serve.log").open("wb")
-        process = subprocess.Popen([str(Path(sys.executable).with_name("rollbox")), "serve", "--data-dir", str(data),
-                                    "--port", str(port), "--token", f"bench={token}", "--admin", "bench",
-                                    "--delete-on-exit"],
-                                   stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 60
-            while not _serving(url):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"rollbox serve did not come up: {(Path(root) / 'serve.log').read_text()}")
-                time.sleep(0.05)
-            yield url, token
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
-            log.close()
-            teardown(Engine(data))
-
-
-def _serving(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def refilled(client: SandboxClient) -> None:
-    deadline = time.monotonic() + 60
-    while client.get_warmpool(POOL).ready < REPLICAS:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the warm pool did not refill in a minute")
-        time.sleep(0.01)
-
-
 def measure(lives: int, runs: int) -> Figures:
     figures: Figures = {"machine": machine()}
     with server() as (url, token):
@@ -111,7 +56,7 @@ def measure(lives: int, runs: int) -> Figures:
 
         with SandboxClient(url, token=token) as client:
             client.apply(DOCUMENTS)
-            refilled(client)
+            refilled(client, POOL, REPLICAS)
 
             def e2b_life() -> None:
                 sandbox = Sandbox.create(template=POOL)
@@ -123,16 +68,9 @@ def measure(lives: int, runs: int) -> Figures:
                 sandbox.commands.run("true")
                 sandbox.delete()
 
-            samples: dict[str, list[float]] = {"life_e2b": [], "life_rollbox": [], "run_true_e2b": [],
-                                               "run_true_rollbox": [], "run_bash_rollbox": []}
-            for life in (e2b_life, rollbox_life):  # once each untimed: connections and imports warm
-                refilled(client)
-                life()
-            for _ in range(lives):
-                for name, life in (("life_e2b", e2b_life), ("life_rollbox", rollbox_life)):
-                    refilled(client)
-                    samples[name].append(timed(life))
-
+            samples: dict[str, list[float]] = {}
+            in_turns({"life_e2b": e2b_life, "life_rollbox": rollbox_life}, lives, samples,
+                     before=lambda: refilled(client, POOL, REPLICAS))
             e2b_sandbox = Sandbox.create(template=POOL, timeout=600)
             rollbox_sandbox = client.create_sandbox(warmpool=POOL)
             runs_of: dict[str, Callable[[], object]] = {
@@ -140,11 +78,7 @@ def measure(lives: int, runs: int) -> Figures:
                 "run_true_rollbox": lambda: rollbox_sandbox.commands.run("true"),
                 "run_bash_rollbox": lambda: rollbox_sandbox.commands.run(["/bin/bash", "-l", "-c", "true"])}
             try:
-                for run in runs_of.values():
-                    run()
-                for _ in range(runs):
-                    for name, run in runs_of.items():
-                        samples[name].append(timed(run))
+                in_turns(runs_of, runs, samples)
             finally:
                 e2b_sandbox.kill()
                 rollbox_sandbox.delete()
@@ -159,19 +93,10 @@ def measure(lives: int, runs: int) -> Figures:
 
 
 def report(figures: Figures) -> Table:
-    m = figures["machine"]
-    table = Table(title=f"E2B's SDK against rollbox ({m['cores']} cores, {m['memory_mb']} MB, kernel {m['kernel']}, "
-                        f"runc {m['runc']}, load {m['load_before']} -> {m['load_after']})")
-    for column in ("what", "SDK", "p50 ms", "p99 ms", "n", "target"):
-        table.add_column(column)
-    rows = [("create + run true + kill", "life", f"p50 <= {LIFE_TARGET_MS:g} ms (E2B)"),
-            ("commands.run('true')", "run_true", f"E2B within {RUN_RATIO_TARGET:g}x rollbox "
-                                                  f"(now {figures['run_true_ratio']}x)")]
-    for what, prefix, target in rows:
-        for sdk in ("e2b", "rollbox"):
-            value = figures[f"{prefix}_{sdk}"]
-            table.add_row(what, sdk, f"{value['p50']:.2f}", f"{value['p99']:.2f}", str(value["n"]),
-                          target if sdk == "e2b" else "baseline")
+    table = comparison("E2B's SDK against rollbox", figures, [
+        ("create + run true + kill", "life", f"p50 <= {LIFE_TARGET_MS:g} ms (E2B)"),
+        ("commands.run('true')", "run_true",
+         f"E2B within {RUN_RATIO_TARGET:g}x rollbox (now {figures['run_true_ratio']}x)")], "e2b")
     value = figures["run_bash_rollbox"]
     table.add_row("commands.run(['/bin/bash', '-l', '-c', 'true'])", "rollbox", f"{value['p50']:.2f}",
                   f"{value['p99']:.2f}", str(value["n"]),
@@ -179,17 +104,5 @@ def report(figures: Figures) -> Table:
     return table
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="30 lives and 200 runs per SDK (not 100 and 1000)")
-    args = parser.parse_args()
-    start = time.perf_counter()
-    figures = measure(30, 200) if args.quick else measure(100, 1000)
-    figures["mode"] = "quick" if args.quick else "full"
-    figures["elapsed_s"] = round(time.perf_counter() - start, 1)
-    Console(width=160).print(report(figures))
-    print(json.dumps(figures))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, measure, report)
