@@ -150,6 +150,9 @@ class Engine:
             self.launcher.start(record, self._templates.network(record.template), image)
         except RuntimeUnavailable as error:
             self._destroy(record)
+            if checkpoint and record.volumes and "read-only file system" in str(error):
+                raise RestoreFailed(f"a process of the sandbox holds a file of a volume open for writing, and a "
+                                    f"fork's children mount volumes read-only: close it first ({error})") from None
             if checkpoint:
                 raise RestoreFailed(f"checkpoint image {checkpoint} could not be restored (corrupt?): {error}; "
                                     "nothing of the new container is left") from None

@@ -72,6 +72,7 @@ class Live:
                 for child in children:
                     with contextlib.suppress(Exception):
                         engine.delete(child.id)
+                engine.checkpoints.remove(image_id)
                 raise errors[0]
         engine.checkpoints.remove(image_id)
         return children
