@@ -109,11 +109,16 @@ def client_call(call: C, name: str, attributes: Mapping[str, Any]) -> Iterator[C
 
 def propagated(call: C) -> C:
     """The call (a dataclass with `headers`) with the current trace context added to its headers."""
+    headers = dict(call.headers or {})  # type: ignore[attr-defined]
+    inject(headers)
+    return dataclasses.replace(call, headers=headers)  # type: ignore[type-var]
+
+
+def inject(headers: dict[str, str]) -> None:
+    """Adds the current trace context to `headers` (call only when `on`)."""
     from opentelemetry import propagate
 
-    headers = dict(call.headers or {})  # type: ignore[attr-defined]
     propagate.inject(headers)
-    return dataclasses.replace(call, headers=headers)  # type: ignore[type-var]
 
 
 def server_span(name: str, headers: Iterable[tuple[bytes, bytes]],

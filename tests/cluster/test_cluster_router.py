@@ -163,6 +163,30 @@ def stream(sandbox: Sandbox, command: str) -> tuple[ExecResult, list[tuple[float
     return result, arrived, "".join(stderr)
 
 
+def test_background_processes_terminals_and_shells_through_the_router(sandboxes: dict[str, Sandbox]) -> None:
+    for name, sandbox in sandboxes.items():
+        counter = sandbox.commands.run("for i in 1 2 3; do echo $i; sleep 0.2; done", background=True, tag="count")
+        assert [info.id for info in sandbox.commands.list()] == [counter.id], name
+        arrived: list[str] = []
+        assert counter.wait(on_stdout=arrived.append).stdout == "1\n2\n3\n" == "".join(arrived), name
+        assert sandbox.commands.connect(counter.id).wait().exit_code == 0  # read back from the start
+        reader = sandbox.commands.run(["cat"], background=True, pty=(24, 80))
+        reader.send_stdin("typed\n")
+        echoed = ""
+        for event in reader.events():
+            echoed += event.data or ""
+            if "typed" in echoed:
+                break
+        reader.kill()
+        assert "typed" in echoed, name
+        with sandbox.shell() as shell:
+            shell.run("cd /tmp && export KEPT=yes")
+            assert shell.run("pwd; echo $KEPT").stdout == "/tmp\nyes\n", name
+            assert shell.run("sleep 30", timeout=0.3).timed_out and shell.run("echo on").stdout == "on\n"
+        counter.delete()
+        assert counter.id not in {info.id for info in sandbox.commands.list()}, name
+
+
 def test_files_through_the_router(sandboxes: dict[str, Sandbox], tmp_path: Path) -> None:
     for name, sandbox in sandboxes.items():
         files = sandbox.files
@@ -267,7 +291,9 @@ def test_tenants_cannot_reach_each_others_sandboxes(cluster: Cluster, client: Sa
             path = f"/v1/sandboxes/{sandbox.id}"
             for method, tail, body in [("GET", "", None), ("POST", "/exec", {"command": "echo pwned"}),
                                        ("GET", "/files?path=.", None), ("POST", "/fork", {"count": 1}),
-                                       ("POST", "/reset", None), ("DELETE", "", None)]:
+                                       ("POST", "/reset", None), ("GET", "/processes", None),
+                                       ("POST", "/processes", {"command": "echo pwned"}),
+                                       ("POST", "/shells", {}), ("DELETE", "", None)]:
                 answer = as_bob.request(method, path + tail, json=body)
                 assert answer.status_code == 404, (name, method, tail, answer.text)
                 assert answer.json()["error"]["code"] == "sandbox_not_found"

@@ -1,5 +1,6 @@
 """E2B's SDK through a cluster's router: the facade stands on the `Node` interface alone, so the router's
-`ClusterNode` serves it as the embedded node does, each sandbox's calls forwarded to the node its id names."""
+`ClusterNode` serves it as the embedded node does, each sandbox's calls (its commands too, which are the node's
+background processes) forwarded to the node its id names."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ def test_the_sdk_through_a_cluster_router(tmp_path: Path) -> None:
         assert sandbox.sandbox_id.startswith("alpha-")
         sandbox.files.write("/tmp/x.txt", "through the router")
         assert sandbox.files.read("/tmp/x.txt") == "through the router"
+        assert sandbox.commands.run("cat /tmp/x.txt").stdout == "through the router"
+        handle = sandbox.commands.run("read line; echo got $line", background=True, stdin=True)
+        handle.send_stdin("it\n")
+        assert handle.wait().stdout == "got it\n"
         assert sandbox.get_info().metadata == {"via": "router"}
         sandbox.set_timeout(600)
         assert [found.sandbox_id for found in Sandbox.list(**where).next_items()] == [sandbox.sandbox_id]

@@ -83,8 +83,12 @@ def start_process(sandbox_id: str, command: Command, options: BackgroundOptions)
         fields["pty"] = {"rows": pty[0], "cols": pty[1]}
     elif pty:
         fields["pty"] = pty
-    body = _body(ProcessRequest, command=command, **fields)
-    return Call("POST", _processes(sandbox_id), _PROCESS, body=_dump(body), headers=JSON)
+    return process_started(sandbox_id, _body(ProcessRequest, command=command, **fields))
+
+
+def process_started(sandbox_id: str, request: ProcessRequest) -> Call[ProcessInfo]:
+    """The call that starts `request` in the background (a router's to its node agent sends the one it took)."""
+    return Call("POST", _processes(sandbox_id), _PROCESS, body=_dump(request), headers=JSON)
 
 
 def list_processes(sandbox_id: str) -> Call[list[ProcessInfo]]:

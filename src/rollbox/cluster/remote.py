@@ -8,11 +8,12 @@ is restarting, cut off or gone.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from rollbox import tracing
 from rollbox.client import _calls as calls
+from rollbox.client import _processes as processes
 from rollbox.client._exchange import Exchange
 from rollbox.client._http import Settings
 from rollbox.client._transport import PoolTransport
@@ -24,8 +25,14 @@ from rollbox.models import (
     ExecRequest,
     ExecResult,
     Health,
+    ProcessControl,
+    ProcessEvent,
+    ProcessInfo,
+    ProcessRequest,
     SandboxInfo,
     SandboxStats,
+    ShellCommand,
+    ShellRequest,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
@@ -137,6 +144,41 @@ class RemoteNode:
 
     async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
         return await self.send(tenant, calls.set_shutdown_after(sandbox_id, seconds))
+
+    # -- processes --------------------------------------------------------------------------
+
+    async def start_process(self, tenant: str, sandbox_id: str, request: ProcessRequest) -> ProcessInfo:
+        return await self.send(tenant, processes.process_started(sandbox_id, request))
+
+    async def processes(self, tenant: str, sandbox_id: str) -> list[ProcessInfo]:
+        return await self.send(tenant, processes.list_processes(sandbox_id))
+
+    async def process(self, tenant: str, sandbox_id: str, process_id: str) -> ProcessInfo:
+        return await self.send(tenant, processes.get_process(sandbox_id, process_id))
+
+    def process_events(self, tenant: str, sandbox_id: str, process_id: str, offset: int | None = 0
+                       ) -> AsyncIterator[ProcessEvent]:
+        """The node's stream of the process's events; the request goes out with the first event asked for."""
+        headers = {TENANT_HEADER: tenant}
+        if tracing.on:
+            tracing.inject(headers)
+        return processes.stream_events(self._exchange, sandbox_id, process_id, offset, headers)
+
+    async def control_process(self, tenant: str, sandbox_id: str, process_id: str, request: ProcessControl
+                              ) -> None:
+        await self.send(tenant, processes.control_process(sandbox_id, process_id,
+                                                          **request.model_dump(exclude_none=True)))
+
+    async def delete_process(self, tenant: str, sandbox_id: str, process_id: str) -> None:
+        await self.send(tenant, processes.delete_process(sandbox_id, process_id))
+
+    async def start_shell(self, tenant: str, sandbox_id: str, request: ShellRequest) -> ProcessInfo:
+        return await self.send(tenant, processes.start_shell(sandbox_id, **request.model_dump(exclude_none=True)))
+
+    async def run_in_shell(self, tenant: str, sandbox_id: str, process_id: str, request: ShellCommand
+                           ) -> ExecResult:
+        return await self.send(tenant, processes.run_in_shell(sandbox_id, process_id, request.command,
+                                                              request.timeout, request.output_limit))
 
     # -- snapshots --------------------------------------------------------------------------
 
