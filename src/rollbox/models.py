@@ -298,7 +298,8 @@ class ProcessRequest(Request):
     """Starts a process that runs in the background: `POST /v1/sandboxes/{sandbox_id}/processes`.
 
     It keeps running between calls until it ends, is killed, or its sandbox is reset or deleted. Its output
-    is kept in the sandbox (the last `output_limit` bytes of each stream) to be read back or streamed again.
+    is kept in the sandbox (the last `output_limit` bytes of stdout and stderr together) to be read back or
+    streamed again.
     """
 
     command: str | list[str]
@@ -365,7 +366,7 @@ class ProcessInfo(BaseModel):
     """A shell session (run commands in it with `.../shells/{id}/run`)."""
     running: bool = True
     exit_code: int | None = None
-    """None while running, or when it was killed by a signal or timed out."""
+    """None while running or when it timed out; 128 + the signal's number when a signal ended it (`signal`)."""
     signal: int = 0
     timed_out: bool = False
     started_at: float = 0.0
