@@ -3,6 +3,7 @@ agent's, each a process of its own exporting by OTLP to a collector stand-in."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from rollbox import tracing
 from rollbox.client import SandboxClient
 from tests.support.cluster import ADMINS, TOKENS, Cluster, running_cluster
 from tests.support.servers import TEMPLATE
-from tests.support.tracing import Receiver, Span, local, traced_here
+from tests.support.tracing import Receiver, Span, exporting_to, local, traced_here
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +24,11 @@ def collector() -> Iterator[Receiver]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, collector: Receiver) -> Iterator[Cluster]:
-    with pytest.MonkeyPatch.context() as environment:
-        environment.setenv("OTEL_TRACES_EXPORTER", "otlp")
-        environment.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
-        environment.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-        with running_cluster(Path(tmp_path_factory.mktemp("traced")), {"alpha": 4}, tokens=TOKENS,
-                             admins=ADMINS) as cluster:
-            environment.undo()
-            yield cluster
+    with contextlib.ExitStack() as stack:
+        with exporting_to(collector):
+            cluster = stack.enter_context(running_cluster(Path(tmp_path_factory.mktemp("traced")), {"alpha": 4},
+                                                          tokens=TOKENS, admins=ADMINS))
+        yield cluster
 
 
 def child(spans: list[Span], parent: Span, name: str) -> Span:

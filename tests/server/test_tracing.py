@@ -4,6 +4,7 @@ one tree."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from rollbox.client import AsyncSandboxClient
 from rollbox.rl.collect import Observation, collect_async
 from tests.support.servers import example_tasks, rl_server
-from tests.support.tracing import Receiver, Span, local, traced_here
+from tests.support.tracing import Receiver, Span, exporting_to, local, traced_here
 
 pytestmark = pytest.mark.anyio
 TASK = next(task for task in example_tasks() if task.id == "ledger-format-cents")
@@ -30,14 +31,10 @@ def collector() -> Iterator[Receiver]:
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory, collector: Receiver) -> Iterator[str]:
     """An embedded server (its own process) that exports its spans to `collector`."""
-    with pytest.MonkeyPatch.context() as environment:
-        environment.setenv("OTEL_TRACES_EXPORTER", "otlp")
-        environment.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
-        environment.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-        environment.setenv("OTEL_SERVICE_NAME", "rollbox-server")
-        with rl_server(tmp_path_factory.mktemp("traced")) as address:
-            environment.undo()
-            yield address
+    with contextlib.ExitStack() as stack:
+        with exporting_to(collector, OTEL_SERVICE_NAME="rollbox-server"):
+            address = stack.enter_context(rl_server(tmp_path_factory.mktemp("traced")))
+        yield address
 
 
 async def fix_and_submit(observation: Observation) -> Any:

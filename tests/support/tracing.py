@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -92,6 +93,17 @@ def _value(value: Any) -> Any:
 
 _memory = InMemorySpanExporter()
 _installed = False
+
+
+@contextlib.contextmanager
+def exporting_to(receiver: Receiver, **variables: str) -> Iterator[None]:
+    """The environment, while the block runs, of a server that exports every span to `receiver` in 50 ms batches
+    (and `variables`): start the server in the block, and it keeps what it read after the block put them back."""
+    with pytest.MonkeyPatch.context() as environment:
+        for name, value in {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                            "OTEL_BSP_SCHEDULE_DELAY": "50", **variables}.items():
+            environment.setenv(name, value)
+        yield
 
 
 @contextlib.contextmanager

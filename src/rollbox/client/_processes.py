@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
 
 import httpx
 from pydantic import TypeAdapter
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from rollbox.client.aio import AsyncSandboxClient
     from rollbox.client.sync import SandboxClient
 
+C = TypeVar("C")
+"""The client a handle calls through: `SandboxClient` or `AsyncSandboxClient`."""
 Pty = PtySize | tuple[int, int] | bool
 """A terminal: its size, (rows, cols), or True for 24x80."""
 _PROCESS = _json(TypeAdapter(ProcessInfo))
@@ -186,10 +188,10 @@ async def stream_events(exchange: Exchange, sandbox_id: str, process_id: str, of
 
 # -- blocking -------------------------------------------------------------------------------------
 
-class ProcessHandle:
-    """A background process of a sandbox. Holding one costs nothing; each method is one HTTP call."""
+class _Handle(Generic[C]):
+    """What both clients' handles hold: their client, the sandbox, and what the router last said."""
 
-    def __init__(self, client: SandboxClient, sandbox_id: str, info: ProcessInfo) -> None:
+    def __init__(self, client: C, sandbox_id: str, info: ProcessInfo) -> None:
         self._client = client
         self._sandbox_id = sandbox_id
         self.info = info
@@ -204,7 +206,11 @@ class ProcessHandle:
         return self.info.pid
 
     def __repr__(self) -> str:
-        return f"ProcessHandle({self.id!r}, pid={self.pid}, command={self.info.command!r})"
+        return f"{type(self).__name__}({self.id!r}, pid={self.pid}, command={self.info.command!r})"
+
+
+class ProcessHandle(_Handle["SandboxClient"]):
+    """A background process of a sandbox. Holding one costs nothing; each method is one HTTP call."""
 
     def refresh(self) -> ProcessInfo:
         self.info = self._client._send(get_process(self._sandbox_id, self.id))
@@ -280,17 +286,8 @@ class ProcessCommands:
         self._client._send(control_process(self._sandbox_id, process_id, stdin=data))
 
 
-class Shell:
+class Shell(_Handle["SandboxClient"]):
     """A shell session in a sandbox: its directory, environment and variables carry from command to command."""
-
-    def __init__(self, client: SandboxClient, sandbox_id: str, info: ProcessInfo) -> None:
-        self._client = client
-        self._sandbox_id = sandbox_id
-        self.info = info
-
-    @property
-    def id(self) -> str:
-        return self.info.id
 
     def run(self, command: str, *, timeout: float | None = None, output_limit: int | None = None) -> ExecResult:
         """Runs `command` in the session; `timeout` interrupts it (then kills it) and the session lives on."""
@@ -313,24 +310,8 @@ def open_shell(client: SandboxClient, sandbox_id: str, **fields: Any) -> Shell:
 
 # -- asyncio --------------------------------------------------------------------------------------
 
-class AsyncProcessHandle:
+class AsyncProcessHandle(_Handle["AsyncSandboxClient"]):
     """`ProcessHandle` with `await`."""
-
-    def __init__(self, client: AsyncSandboxClient, sandbox_id: str, info: ProcessInfo) -> None:
-        self._client = client
-        self._sandbox_id = sandbox_id
-        self.info = info
-
-    @property
-    def id(self) -> str:
-        return self.info.id
-
-    @property
-    def pid(self) -> int:
-        return self.info.pid
-
-    def __repr__(self) -> str:
-        return f"AsyncProcessHandle({self.id!r}, pid={self.pid}, command={self.info.command!r})"
 
     async def refresh(self) -> ProcessInfo:
         self.info = await self._client._send(get_process(self._sandbox_id, self.id))
@@ -396,17 +377,8 @@ class AsyncProcessCommands:
         await self._client._send(control_process(self._sandbox_id, process_id, stdin=data))
 
 
-class AsyncShell:
+class AsyncShell(_Handle["AsyncSandboxClient"]):
     """`Shell` with `await`."""
-
-    def __init__(self, client: AsyncSandboxClient, sandbox_id: str, info: ProcessInfo) -> None:
-        self._client = client
-        self._sandbox_id = sandbox_id
-        self.info = info
-
-    @property
-    def id(self) -> str:
-        return self.info.id
 
     async def run(self, command: str, *, timeout: float | None = None, output_limit: int | None = None
                   ) -> ExecResult:
