@@ -18,6 +18,8 @@ MAX_FORK = 64
 """The most sandboxes one fork makes."""
 MAX_EXEC_TIMEOUT = 365 * 86400.0
 """The longest a command's timeout may be: past any run, within the agent's milliseconds and a socket's timeout."""
+MAX_PATH = 4096
+"""Characters a working directory has at most: the kernel's PATH_MAX."""
 
 PositiveSeconds = Annotated[float, BeforeValidator(parse_seconds), Field(gt=0)]
 SandboxState = Literal["running", "paused", "stopped"]
@@ -54,7 +56,7 @@ class ExecRequest(Request):
     command: str | list[str]
     timeout: float | None = Field(None, gt=0, le=MAX_EXEC_TIMEOUT)
     env: dict[str, str] | None = None
-    cwd: str | None = None
+    cwd: str | None = Field(None, max_length=MAX_PATH)
     user: str | None = None
     stdin: str | None = None
     output_limit: int | None = Field(None, gt=0)
@@ -305,7 +307,7 @@ class ProcessRequest(Request):
     command: str | list[str]
     """A string runs under `/bin/sh -c`; a list is the argv."""
     env: dict[str, str] | None = None
-    cwd: str | None = None
+    cwd: str | None = Field(None, max_length=MAX_PATH)
     user: str | None = None
     stdin: str | None = None
     """Written to the process's stdin as it starts; more can be sent later unless `close_stdin`."""
@@ -336,7 +338,7 @@ class ShellRequest(Request):
     environment and shell variables carry from one command to the next."""
 
     env: dict[str, str] | None = None
-    cwd: str | None = None
+    cwd: str | None = Field(None, max_length=MAX_PATH)
     user: str | None = None
     shell: str | None = None
     """The shell to run: bash when the sandbox has it, else /bin/sh."""

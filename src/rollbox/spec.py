@@ -31,6 +31,8 @@ API_VERSION = "rollbox.dev/v1alpha1"
 
 _BINARY_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
                  "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+MAX_BYTES = 2**63 - 1
+"""The largest size: what the kernel's 64-bit counters (a cgroup's limit, a file's size) hold."""
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T|)\s*$")
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|)\s*$")
 _DURATION_UNITS = {"ms": 0.001, "": 1, "s": 1, "m": 60, "h": 3600}
@@ -40,15 +42,20 @@ _LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
 
 def parse_bytes(value: Any) -> int:
-    """Turns `512Mi`, `1G` or a plain number into bytes."""
+    """Turns `512Mi`, `1G` or a plain number into bytes (a number past a float's range is refused here, as in
+    `parse_seconds`)."""
     if isinstance(value, bool):
         raise ValueError("expected a size such as 512Mi or 1Gi")
     if isinstance(value, int | float):
-        return int(value)
-    match = _QUANTITY.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a size: use a number with an optional unit (Ki, Mi, Gi)")
-    return int(float(match.group(1)) * _BINARY_UNITS[match.group(2)])
+        size = value
+    else:
+        match = _QUANTITY.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a size: use a number with an optional unit (Ki, Mi, Gi)")
+        size = float(match.group(1)) * _BINARY_UNITS[match.group(2)]
+    if not -MAX_BYTES <= size <= MAX_BYTES:  # an infinity and a NaN too
+        raise ValueError("a size must be a number of bytes under 2**63 (a kernel's counters hold no more)")
+    return int(size)
 
 
 def parse_cpu(value: Any) -> float:
@@ -58,8 +65,8 @@ def parse_cpu(value: Any) -> float:
         cores = float(text[:-1]) / 1000 if text.endswith("m") else float(text)
     except ValueError:
         raise ValueError(f"{value!r} is not a CPU amount: use cores (1, 0.5) or millicores (500m)") from None
-    if cores <= 0:
-        raise ValueError("cpu must be positive")
+    if not 0 < cores < math.inf:
+        raise ValueError("cpu must be a positive, finite number of cores")
     return cores
 
 

@@ -96,6 +96,9 @@ def test_fork_and_snapshot_refuse_a_root_the_runtime_could_not_start_and_lose_no
             operation()
         assert sandbox.id not in str(caught.value), "the message names no container id"
     assert sandbox.exec("cat note.txt").stdout == "kept\n", "the container runs on, with its files"
+    assert sandbox.exec("id -u", user="root").stdout == "0\n", "no accounts to read is no failure (the fuzz's 500)"
+    with pytest.raises(InvalidRequest, match="does not exist in the sandbox's /etc/passwd"):
+        sandbox.exec("true", user="someone")
     assert len(engine.list()) == len({info.id for info in engine.list()})
     sandbox.files.remove("/etc/passwd")
     sandbox.files.write("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from pydantic import BaseModel, ValidationError
+
+from rollbox.models import ExecRequest, ProcessRequest, ShellRequest
 
 pytestmark = pytest.mark.anyio
 HUGE = "1" + "0" * 400
@@ -44,3 +47,16 @@ async def test_every_operation_documents_the_errors_it_answers(http: httpx.Async
             for status in errors:
                 schema = responses[status]["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "1e999", "NaN", HUGE])
+async def test_a_volume_size_past_a_float_is_refused(http: httpx.AsyncClient, value: str) -> None:
+    """int(inf) and float(HUGE) raised OverflowError, which no validator turns into a 422: 500."""
+    refused(await http.post("/v1/volumes", content=f'{{"name": "v", "size": {value}}}', headers=JSON))
+
+
+@pytest.mark.parametrize("model", [ExecRequest, ProcessRequest, ShellRequest])
+def test_a_working_directory_past_path_max_is_refused(model: type[BaseModel]) -> None:
+    """A 2 MB `cwd` left a background process's description without its parts, which the host could not read."""
+    with pytest.raises(ValidationError, match="at most 4096 characters"):
+        model.model_validate({"cwd": "x" * 4097, **({"command": "true"} if "command" in model.model_fields else {})})

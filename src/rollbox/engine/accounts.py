@@ -40,9 +40,12 @@ def read_in_layers(roots: Sequence[Path], relative: str) -> str | None:
             continue
         finally:
             os.close(root_fd)
-        with os.fdopen(fd, "rb") as handle:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                return handle.read(_MAX_TABLE).decode(errors="replace")
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):  # not a directory, a device or a FIFO put in its place
+                with os.fdopen(fd, "rb", closefd=False) as handle:
+                    return handle.read(_MAX_TABLE).decode(errors="replace")
+        finally:
+            os.close(fd)
     return None
 
 

@@ -69,10 +69,11 @@ def _info(payload: bytes) -> ProcessInfo:
     fields = payload.split(b"\0")[:-1]
     text = [f.decode(errors="replace") for f in fields]
     pid, running, code, sig, timed_out, pty, shell, started = (int(x) for x in text[1:9])
+    cwd, tag, *command = [*text[9:], "", ""][:2] + text[11:]  # the agent leaves out what its description lacks room for
     return ProcessInfo(
         id=text[0], pid=pid, running=bool(running), exit_code=None if running or timed_out else code, signal=sig,
         timed_out=bool(timed_out), pty=bool(pty), shell=bool(shell), started_at=started / 1000,
-        cwd=text[9] or None, tag=text[10] or None, command=text[11:],
+        cwd=cwd or None, tag=tag or None, command=command,
     )
 
 

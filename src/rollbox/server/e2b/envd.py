@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.message import Message
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -86,6 +87,8 @@ def rpc_error(error: Exception) -> RpcError:
         return RpcError("resource_exhausted", str(error))
     if isinstance(error, InvalidRequest):
         return RpcError("invalid_argument", str(error))
+    if isinstance(error, ValidationError):  # a request rollbox's models refuse (a working directory too long, ...)
+        return RpcError("invalid_argument", f"invalid arguments: {error.errors(include_url=False)}")
     if isinstance(error, RollboxError):
         return RpcError("unavailable", str(error))
     log.error("E2B daemon call failed", exc_info=error)
