@@ -105,7 +105,9 @@ async def test_a_claims_cost_matches_its_cgroup_counters(node: LocalNode, engine
         (cost.disk_gb_seconds, counters.disk_gb_seconds)
     assert near(cost.wall_seconds, wall), (cost.wall_seconds, wall)
     assert cost.memory_peak_bytes >= 160 * 2**20 and cost.disk_peak_bytes >= 64_000_000
-    assert cost.samples >= 30  # every 0.1 s while a command runs
+    # Every 0.1 s while a command runs (over 2 s of them here), every 1 s when idle (about 4 samples in all): a
+    # loaded machine delays some of the sampler's turns, never to the idle pace.
+    assert cost.samples >= 15, cost.samples
 
 
 async def test_the_cost_goes_on_across_a_reset_and_is_kept_when_the_claim_ends(node: LocalNode) -> None:
