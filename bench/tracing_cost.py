@@ -24,6 +24,7 @@ from typing import Any
 from rich.progress import Progress
 
 from common import Figures, distribution, teardown
+from cpu import cpu_seconds
 from plan import Plan
 from pool import NAME, Control
 from rollbox import tracing
@@ -95,10 +96,12 @@ class Side:
         self.control = Control(self.server.url, None)
         self.claims: list[float] = []
         self.execs: list[float] = []
+        self.cpu = {"claim": [0.0, 0.0], "exec": [0.0, 0.0]}
+        """CPU-seconds of the server and of this process (the client) while its timed calls ran, by phase."""
 
     async def claim_round(self, count: int) -> None:
         held = []
-        with self._tracing():
+        with self._tracing("claim"):
             for _ in range(count):
                 started = time.perf_counter()
                 held.append(await self.client.create_sandbox(warmpool=NAME))
@@ -109,7 +112,7 @@ class Side:
     async def exec_round(self, count: int) -> None:
         sandbox = await self.client.create_sandbox(warmpool=NAME)
         try:
-            with self._tracing():
+            with self._tracing("exec"):
                 for _ in range(count):
                     started = time.perf_counter()
                     await sandbox.commands.run("true")
@@ -118,12 +121,16 @@ class Side:
             await sandbox.delete()
 
     @contextlib.contextmanager
-    def _tracing(self) -> Iterator[None]:
+    def _tracing(self, phase: str) -> Iterator[None]:
+        """This side's tracing in this process while the block runs, and the CPU it took on both ends."""
         tracing.on, tracer, tracing._tracer = self.tracer is not None, tracing._tracer, self.tracer or tracing._tracer
+        server, client = cpu_seconds(self.server.pid), time.process_time()
         try:
             yield
         finally:
             tracing.on, tracing._tracer = False, tracer
+            self.cpu[phase][0] += cpu_seconds(self.server.pid) - server
+            self.cpu[phase][1] += time.process_time() - client
 
     async def close(self) -> None:
         await self.control.close()
@@ -230,13 +237,19 @@ def _figures(sides: list[Side]) -> Figures:
     by_name = {side.name: side for side in sides}
     figures: Figures = {}
     for phase in ("claim", "exec"):
-        off = distribution(getattr(by_name["off"], phase + "s"))
-        on = distribution(getattr(by_name["on"], phase + "s"))
+        off, on, sampled = (_measured(by_name[name], phase) for name in ("off", "on", "sampled"))
         figures[f"tracing_{phase}_off_sdk"] = off
         figures[f"tracing_{phase}_sdk"] = {**on, "off_p50": off["p50"], "ratio": round(on["p50"] / off["p50"], 3)}
-        sampled = distribution(getattr(by_name["sampled"], phase + "s"))
         figures[f"tracing_{phase}_sampled_sdk"] = {**sampled, "ratio": round(sampled["p50"] / off["p50"], 3)}
         if "before" in by_name:
-            before = distribution(getattr(by_name["before"], phase + "s"))
+            before = _measured(by_name["before"], phase)
             figures[f"tracing_{phase}_before_sdk"] = {**before, "off_ratio": round(off["p50"] / before["p50"], 3)}
     return figures
+
+
+def _measured(side: Side, phase: str) -> Figures:
+    """A side's latencies in one phase, and the server's and the client's CPU per call."""
+    samples = getattr(side, phase + "s")
+    server, client = side.cpu[phase]
+    return {**distribution(samples), "server_cpu_ms": round(server / len(samples) * 1000, 3),
+            "client_cpu_ms": round(client / len(samples) * 1000, 3)}
