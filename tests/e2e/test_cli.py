@@ -111,6 +111,25 @@ def test_exec_streams_output_and_exits_with_the_command_code(url: str, client: S
     assert "does not exist" in one_line_error(rollbox("exec", sandbox.id, "--", "true", url=url))
 
 
+def test_background_processes_from_the_command_line(url: str, client: SandboxClient) -> None:
+    with client.create_sandbox(template="basic") as sandbox:
+        started = rollbox("exec", "--background", sandbox.id, "--", "echo one; echo two >&2; sleep 0.5; exit 3",
+                          url=url)
+        assert started.returncode == 0, started.stderr
+        process = started.stdout.strip()
+        sleeper = rollbox("exec", "-d", sandbox.id, "--", "sleep", "300", url=url).stdout.strip()
+        table = rollbox("ps", sandbox.id, url=url).stdout
+        assert table.split()[:6] == ["ID", "PID", "STATE", "TAG", "AGE", "COMMAND"]
+        assert process in table and sleeper in table and "running" in table
+        logs = rollbox("logs", sandbox.id, process, url=url)  # follows it to its end
+        assert (logs.returncode, logs.stdout, logs.stderr) == (3, "one\n", "two\n")
+        assert rollbox("kill", sandbox.id, sleeper, "-s", "KILL", url=url).returncode == 0
+        assert rollbox("logs", sandbox.id, sleeper, url=url).returncode == 128 + 9
+        listed = json.loads(rollbox("ps", sandbox.id, "-o", "json", url=url).stdout)
+        assert {entry["id"]: entry["signal"] for entry in listed} == {process: 0, sleeper: 9}
+        assert "does not exist" in one_line_error(rollbox("logs", sandbox.id, "nope", url=url))
+
+
 def test_an_unreachable_server_or_a_bad_token_is_one_line(url: str) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

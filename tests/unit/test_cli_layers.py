@@ -18,6 +18,7 @@ except SystemExit as done:
 """Runs `rollbox ARGV` and prints its exit code and the rollbox modules it loaded on the last line."""
 CLIENT_COMMANDS = [
     ["--help"], ["ls", "--help"], ["get", "--help"], ["exec", "--help"], ["apply", "--help"], ["fusion", "--help"],
+    ["ps", "--help"], ["logs", "--help"], ["kill", "--help"],
     ["ls", "--url", "unix:///nonexistent/router.sock"],  # runs, and fails reaching the router: one line, exit 1
 ]
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from rollbox import errors
-from rollbox.cli import bench, cluster, demo, fusion, kubeconfig, resources, sandboxes, serve, view
+from rollbox.cli import bench, cluster, demo, fusion, kubeconfig, processes, resources, sandboxes, serve, view
 from rollbox.cli.arguments import UsageError, remote_options
 from rollbox.cli.output import err
 from rollbox.cli.volumes import add_command as add_volume_command
@@ -38,6 +38,7 @@ def parser() -> argparse.ArgumentParser:
     cluster.add_command(commands)
     resources.add_commands(commands, remote)
     sandboxes.add_commands(commands, remote)
+    processes.add_commands(commands, remote)
     add_volume_command(commands, remote)
     fusion.add_command(commands, remote)
     bench.add_command(commands, remote)

@@ -60,7 +60,8 @@ class ApplyProgress:
 
 
 def show(kind: str, items: list[BaseModel], output: str) -> None:
-    """Prints `items` of `kind` (templates, warmpools, sandboxes or snapshots) as a table, JSON or YAML."""
+    """Prints `items` of `kind` (templates, warmpools, sandboxes, snapshots, volumes or processes) as a table, JSON
+    or YAML."""
     if output != "table":
         data = [item.model_dump(mode="json") for item in items]
         text = json.dumps(data, indent=2) if output == "json" else yaml.safe_dump(data, sort_keys=False)
@@ -94,11 +95,22 @@ _COLUMNS: dict[str, tuple[list[str], Callable[[Any], list[str]]]] = {
         s.id, s.template, s.warmpool or "-", s.state, _age(s.created_at), _age(s.expires_at), s.parent or "-"]),
     "snapshots": (["NAME", "TEMPLATE", "SOURCE", "AGE"], lambda s: [
         s.name, s.template, s.source or "-", _age(s.created_at)]),
+    "processes": (["ID", "PID", "STATE", "TAG", "AGE", "COMMAND"], lambda p: [
+        p.id, str(p.pid), _process_state(p), p.tag or "-", _age(p.started_at), " ".join(p.command)]),
     "volumes": (["NAME", "SIZE", "USED", "MOUNTED BY", "AGE"], lambda v: [
         v.name, _size(v.size), _size(v.used),
         ", ".join(f"{use.sandbox}{' (ro)' if use.read_only else ''}" for use in v.mounted_by) or "-",
         _age(v.created_at)]),
 }
+
+
+def _process_state(process: Any) -> str:
+    """`running`, `exited 0`, `killed (9)`, `timed out`."""
+    if process.running:
+        return "running"
+    if process.timed_out:
+        return "timed out"
+    return f"killed ({process.signal})" if process.signal else f"exited {process.exit_code}"
 
 
 def _size(count: int) -> str:
