@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from rollbox.client import AsyncSandboxClient
 from rollbox.rl.collect import Observation, collect_async
 from rollbox.rl.trajectory import Trajectory, TrajectoryLog, read_trajectories, write_parquet
 from tests.support.servers import example_tasks
@@ -93,3 +94,37 @@ def test_log_and_parquet(tmp_path: Path) -> None:
     table = pyarrow.read_table(tmp_path / "log.parquet")
     assert table.column("reward").to_pylist() == [0.0, 1.0, 0.0]
     assert json.loads(table.column("steps").to_pylist()[0]) == []
+
+
+LIVE_TEMPLATE = """\
+apiVersion: rollbox.dev/v1alpha1
+kind: SandboxTemplate
+metadata: {name: rl-python-live}
+spec:
+  base: host
+  runtime: runsc
+  env: {PYTHONHASHSEED: "0", PYTHONDONTWRITEBYTECODE: "1"}
+  steps: [{workdir: /work}]
+"""
+
+
+async def test_a_gvisor_groups_members_carry_the_processes_its_setup_started(url: str) -> None:
+    """Under gVisor a group's fork is a live fork: a process the task's setup left running is in every member, and
+    the rewards are what they are under runc."""
+    async with AsyncSandboxClient(url) as client:
+        await client.apply(LIVE_TEMPLATE)
+    [task] = [task.model_copy(update={"template": "rl-python-live", "warmpool": None,
+                                      "setup": [*task.setup, "nohup sleep 1000 >/dev/null 2>&1 &"]})
+              for task in TASKS[:1]]
+
+    scripted = Scripted()
+
+    async def policy(observation: Observation) -> Any:
+        if observation.step == 0:
+            return {"tool": "bash", "command": "pgrep -x sleep >/dev/null && echo alive || echo gone"}
+        return await scripted(observation)
+
+    trajectories = await collect_async(policy, [task], url=url, group_size=3, groups=1, concurrency=3, tag="live",
+                                       progress=False)
+    assert [t.steps[0].observation for t in trajectories] == ["[exit code 0]\nalive"] * 3
+    assert [t.reward for t in trajectories] == [1.0, 0.0, 1.0]
