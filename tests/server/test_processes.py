@@ -14,6 +14,7 @@ import pytest
 from rollbox.client import AsyncSandboxClient, SandboxClient
 from rollbox.client.sync import Sandbox
 from rollbox.errors import InvalidRequest, ProcessNotFound, SandboxNotFound
+from rollbox.models import ExecResult
 from tests.support.servers import ADMINS, TEMPLATE, TOKENS, router
 
 
@@ -191,21 +192,23 @@ def test_a_stalled_reader_blocks_neither_the_process_nor_the_server(sandbox: San
 
 
 def test_hundred_concurrent_background_processes_async(url: str, sandbox: Sandbox) -> None:
+    """Each process counts its lines with the shell's builtins: a hundred shells and their supervisors fit the
+    template's 256 pids, where a `$(seq ...)` each (a fork more apiece) would not, and its fork would fail."""
     lines = 200
+    count = f"i=0; while [ $i -lt {lines} ]; do i=$((i + 1)); echo {{n}}:$i; done"
 
-    async def main() -> list[str]:
+    async def main() -> list[ExecResult]:
         async with AsyncSandboxClient(url, token=TOKENS["alice"]) as client:
             box = await client.get_sandbox(sandbox.id)
-            handles = await asyncio.gather(*(
-                box.commands.run(f"for i in $(seq {lines}); do echo {n}:$i; done", background=True)
-                for n in range(100)))
+            handles = await asyncio.gather(*(box.commands.run(count.format(n=n), background=True)
+                                             for n in range(100)))
             results = await asyncio.gather(*(handle.wait() for handle in handles))
             assert len(await box.commands.list()) >= 64
-            return [result.stdout for result in results]
+            return results
 
-    outputs = asyncio.run(main())
-    for n, stdout in enumerate(outputs):
-        assert stdout.split() == [f"{n}:{i}" for i in range(1, lines + 1)], f"process {n} lost output"
+    for n, result in enumerate(asyncio.run(main())):
+        assert result.exit_code == 0, (n, result.stderr)
+        assert result.stdout.split() == [f"{n}:{i}" for i in range(1, lines + 1)], f"process {n} lost output"
 
 
 def test_pids_limit_counts_background_processes(client: SandboxClient, sandbox: Sandbox) -> None:
