@@ -417,7 +417,10 @@ async def test_no_sandbox_inherits_the_nodes_descriptors(node: LocalNode, engine
     """The node holds a pidfd of every warm sandbox (enough to kill it): none may reach another sandbox."""
     await node.apply(pool(replicas=2), print)
     await filled(node)
-    assert len(node.resources.exits._watched) >= 2
+
+    async def both_watched() -> bool:  # a started container joins its pool, then its watch
+        return len(node.resources.exits._watched) >= 2
+    await until(both_watched)
     claim = await node.claim("alice", ClaimRequest(template="basic", snapshot=None))
     await run(node, "alice", claim.id, "sleep 30 >/dev/null 2>&1 &")
     box = engine.get(node.claimed[claim.id].container_id)
