@@ -75,6 +75,17 @@ class RemoteNode:
             return await self._exchange.streamed(call, headers)
         return call.parse(await self._exchange.whole(call, headers))
 
+    async def forward(self, tenant: str, method: str, target: str, body: bytes, content_type: str | None,
+                      wait: float | None) -> tuple[int, bytes]:
+        """A call of the API as the router received it (`target`: its path and query, encoded), for `tenant`: the
+        node's answer, its status and body as sent (see forwarding.py). `wait` as for the calls' (`Call.wait`)."""
+        headers = {TENANT_HEADER: tenant} if content_type is None else {TENANT_HEADER: tenant,
+                                                                         "content-type": content_type}
+        settings = self._exchange.settings
+        reply = await self._exchange.transport.send(settings.written(method, target, content=body, headers=headers),
+                                                    settings.timeouts(wait))
+        return reply.status_code, await reply.read()
+
     async def close(self) -> None:
         await self._exchange.aclose()
 

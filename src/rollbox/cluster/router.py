@@ -202,6 +202,11 @@ class ClusterNode:
     async def files(self, tenant: str, sandbox_id: str, op: FileOp, path: str, **options: Any) -> Any:
         return await self._at(sandbox_id, lambda node: node.files(tenant, sandbox_id, op, path, **options))
 
+    async def forward(self, tenant: str, sandbox_id: str, method: str, target: str, body: bytes,
+                      content_type: str | None, wait: float | None) -> tuple[int, bytes]:
+        """A call on the sandbox passed to its node as bytes, and the node's answer (see forwarding.py)."""
+        return await self._at(sandbox_id, lambda node: node.forward(tenant, method, target, body, content_type, wait))
+
     async def reset(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await self._at(sandbox_id, lambda node: node.reset(tenant, sandbox_id))
 

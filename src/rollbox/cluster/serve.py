@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import uvloop
 
 from rollbox._signals import exit_on_sigterm
+from rollbox.cluster.forwarding import Forwarding
 from rollbox.cluster.router import ClusterNode
 from rollbox.cluster.watcher import Members
 from rollbox.server import create_app
@@ -30,7 +31,8 @@ def serve_router(members: Members, secret: str, *, host: str = "127.0.0.1", port
     Tenants(tokens, admins)
     exit_on_sigterm()
     cluster = ClusterNode(members, secret, node_capacity=node_capacity, release_idle=release_idle)
-    app = create_app(cluster, tokens, admins=admins)
+    app = create_app(cluster, tokens, admins=admins,
+                     front=lambda routes, metrics, tenants: Forwarding(routes, cluster, tenants, metrics))
     listener = listener or listen_tcp(host, port)
 
     async def run() -> None:

@@ -29,11 +29,17 @@ YOUNG_OBJECTS = 10_000
 DESCRIPTION = "Isolated, stateful sandboxes for RL training of code agents. The contract is docs/api.md."
 
 
+Front = Callable[[ASGIApp, Metrics, Tenants | ClusterSecret], ASGIApp]
+"""A layer that serves some calls before the API's routes, counting them in its metrics (a router's forwarding)."""
+
+
 def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iterable[str] = (),
-               max_body: int = DEFAULT_MAX_BODY, cluster_secret: str | None = None) -> ASGIApp:
+               max_body: int = DEFAULT_MAX_BODY, cluster_secret: str | None = None,
+               front: Front | None = None) -> ASGIApp:
     """The HTTP API of docs/api.md over `node`; `tokens` maps tenants to bearer tokens (None: open), and
     `admins` names the tenants that may change templates and warm pools. With `cluster_secret` it is a node
-    agent's API instead: only routers holding the secret may call, each call acting for a tenant it names."""
+    agent's API instead: only routers holding the secret may call, each call acting for a tenant it names.
+    `front` wraps the routes, inside the body limit."""
     metrics = Metrics()
     routes = Routes(ClusterSecret(cluster_secret) if cluster_secret is not None else Tenants(tokens, admins))
     sandboxes.add_routes(routes, node, metrics)
@@ -63,6 +69,8 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     if cluster_secret is None:  # E2B's SDK, unmodified, on the router (docs/compat-e2b.md)
         app = e2b.Facade(app, node, tokens, admins)
         app = agent_sandbox.Facade(app, node, routes.tenants)  # its client, unmodified (docs/compat-agent-sandbox.md)
+    if front is not None:
+        app = front(app, metrics, routes.tenants)
     return BodyLimit(app, max_body)
 
 

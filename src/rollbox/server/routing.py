@@ -101,8 +101,8 @@ class Routes:
 
         async def endpoint(scope: Scope, receive: Receive, args: dict[str, Any]) -> Response:
             if auth:
-                args["tenant"] = tenant = tenants.tenant(_header(scope, b"authorization"),
-                                                         _header(scope, b"x-rollbox-tenant"))
+                args["tenant"] = tenant = tenants.tenant(header(scope, b"authorization"),
+                                                         header(scope, b"x-rollbox-tenant"))
                 if admin:
                     tenants.require_admin(tenant)
             if query:
@@ -197,7 +197,8 @@ class Router:
         return RedirectResponse(url=str(URL(scope={**scope, "path": other})))
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value (the first, if sent twice)."""
     for key, value in scope["headers"]:
         if key == name:
             return value.decode("latin-1")

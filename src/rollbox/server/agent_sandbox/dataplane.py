@@ -31,7 +31,7 @@ from rollbox.server.agent_sandbox.claims import Claims
 from rollbox.server.agent_sandbox.objects import DEFAULT_NAMESPACE
 from rollbox.server.auth import TENANT_HEADER, ClusterSecret, Tenants
 from rollbox.server.responses import json_response
-from rollbox.server.routing import json_object, read_body
+from rollbox.server.routing import header, json_object, read_body
 
 log = logging.getLogger("rollbox.server")
 
@@ -81,7 +81,7 @@ class DataPlane:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
         prefix = _prefix(path)
-        if prefix is None or (prefix == "/v1/files" and not _header(scope, b"x-sandbox-id")):
+        if prefix is None or (prefix == "/v1/files" and not header(scope, b"x-sandbox-id")):
             await self.app(scope, receive, send)
             return
         try:
@@ -101,10 +101,10 @@ class DataPlane:
         name = _ROUTES.get((scope["method"], prefix))
         if name is None or (prefix in ("/execute", "/upload") and path != prefix):
             raise MethodNotAllowed(f"{scope['method']} {path} is not part of the sandbox runtime's API")
-        tenant = self.tenants.tenant(_header(scope, b"authorization"), _header(scope, TENANT_HEADER.encode()))
+        tenant = self.tenants.tenant(header(scope, b"authorization"), header(scope, TENANT_HEADER.encode()))
         target = Target(tenant, *_routing(scope), urllib.parse.unquote(path[len(prefix) + 1:]),
                         scope.get("query_string", b"").decode("latin-1"), await read_body(receive),
-                        _header(scope, b"content-type") or "")
+                        header(scope, b"content-type") or "")
         await self.claims.check_namespace(tenant, target.namespace, target.sandbox_id)
         return await self._calls[name](target)
 
@@ -211,27 +211,20 @@ def _kind(entry: FileInfo, symlinks: bool = False) -> str:
     return "symlink" if symlinks and entry.type == "symlink" else "file"
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
 def _routing(scope: Scope) -> tuple[str, str, float | None]:
     """The routing headers, checked as agent-sandbox's router checks them."""
-    sandbox_id = _header(scope, b"x-sandbox-id")
+    sandbox_id = header(scope, b"x-sandbox-id")
     if not sandbox_id:
         raise InvalidRequest("X-Sandbox-ID header is required.")
     if len(sandbox_id) > 63 or not _LABEL.match(sandbox_id):
         raise InvalidRequest("Invalid sandbox ID format.")
-    namespace = _header(scope, b"x-sandbox-namespace") or DEFAULT_NAMESPACE
+    namespace = header(scope, b"x-sandbox-namespace") or DEFAULT_NAMESPACE
     if len(namespace) > 63 or not _LABEL.match(namespace):
         raise InvalidRequest("Invalid namespace format.")
-    port = _header(scope, b"x-sandbox-port")
+    port = header(scope, b"x-sandbox-port")
     if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
         raise InvalidRequest("Invalid port format.")
-    timeout = _header(scope, b"x-sandbox-timeout")
+    timeout = header(scope, b"x-sandbox-timeout")
     seconds = None
     if timeout is not None:
         try:
