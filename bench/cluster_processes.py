@@ -24,6 +24,7 @@ from rollbox.server.listen import listen_tcp
 
 ROLLBOX = Path(sys.executable).with_name("rollbox")
 SPLICE = Path(__file__).with_name("tcp_splice.py")
+FORWARDER = Path(__file__).with_name("http_forwarder.py")
 TENANT = "bench"
 TOKEN = secrets.token_hex(16)
 """The bench tenant's token on every server of a run; it is an admin, to apply its template and pool."""
@@ -60,6 +61,15 @@ def spliced(root: Path, name: str, upstream: Child) -> Iterator[Child]:
     """bench/tcp_splice.py in front of `upstream`: the same server one process further away."""
     upstream_port = upstream.url.rpartition(":")[2]
     with serving(root, name, lambda port: [sys.executable, str(SPLICE), str(port), upstream_port]) as child:
+        yield child
+
+
+@contextlib.contextmanager
+def forwarding(root: Path, name: str, node: Child, secret_file: Path) -> Iterator[Child]:
+    """bench/http_forwarder.py in front of the node agent `node`, for the bench tenant: a hop in Python and nothing
+    else."""
+    with serving(root, name, lambda port: [sys.executable, str(FORWARDER), str(port), node.url, str(secret_file),
+                                           TENANT]) as child:
         yield child
 
 

@@ -3,7 +3,9 @@ of its own) behind one router, and with Ray a router over node agents on a local
 single-machine `rollbox serve` in the same run, all reached alike (loopback TCP, a tenant token) and all holding the
 same warm pool: warm claims at 1 and 64 clients, and `true` run one at a time. They take turns round by round, so
 that all meet the same moments of a shared machine. The single server is also reached through bench/tcp_splice.py,
-a proxy that only copies bytes: the cost of one more process on the way, which no router can go below.
+a proxy that only copies bytes: the cost of one more process on the way, which no router can go below. And `true`
+runs through bench/http_forwarder.py in front of one of the router's node agents: a hop in Python (uvicorn and the
+router's connection pool) that does nothing else, so what the router adds beyond it is the router's own work.
 
 The 64-client rounds run with the client on one CPU and the event loop of the process it talks to (the single
 server, or the router) on the other, as bench/server.py times claims (see cpu.cpus_apart), and in a full run once
@@ -25,7 +27,17 @@ from rich.progress import Progress
 
 from claims import claim_round
 from clients import Client, RawClient, SdkClient, succeed, timed
-from cluster_processes import TOKEN, TOKEN_ARGS, Child, rollbox, router, secret_file, server_args, spliced
+from cluster_processes import (
+    TOKEN,
+    TOKEN_ARGS,
+    Child,
+    forwarding,
+    rollbox,
+    router,
+    secret_file,
+    server_args,
+    spliced,
+)
 from common import Figures, teardown
 from cpu import Tally, cpu_seconds
 from plan import Plan
@@ -85,6 +97,8 @@ class Side:
     nodes: tuple[int, ...] = ()
     owns_pool: bool = True
     """False for a side that reaches another side's server, and so its pool."""
+    claims: bool = True
+    """False for a side that only runs commands (one that reaches a single node agent holding a share of a pool)."""
     control: Control = field(init=False)
 
     def __post_init__(self) -> None:
@@ -126,8 +140,10 @@ def measure(root: Path, plan: RealPlan, progress: Progress, ray: bool) -> Figure
                       for name in NODES]
             front = running.enter_context(router(root, "router", [agent.url for agent in agents], secret))
             splice = running.enter_context(spliced(root, "spliced", single))
+            forwarder = running.enter_context(forwarding(root, "forwarded", agents[0], secret))
             sides = [Side("single", single), Side("spliced", splice, owns_pool=False),
-                     Side("router", front, tuple(agent.pid for agent in agents))]
+                     Side("router", front, tuple(agent.pid for agent in agents)),
+                     Side("forwarded", forwarder, (agents[0].pid,), owns_pool=False, claims=False)]
             failed = {}
             if ray:
                 try:
@@ -189,19 +205,22 @@ async def compare(sides: list[Side], plan: RealPlan, progress: Progress) -> Figu
         for kind in plan.clients:
             clients = [kind(side.front.url, TOKEN) for side in sides]
             try:
+                claiming = [index for index, side in enumerate(sides) if side.claims]
                 for concurrency, apart in ((1, True), (64, True), *([(64, False)] if plan.shared else [])):
-                    figures.update(await warm_claims(sides, clients, concurrency, apart, plan, progress))
+                    figures.update(await warm_claims([sides[index] for index in claiming],
+                                                     [clients[index] for index in claiming], concurrency, apart, plan,
+                                                     progress))
                 figures.update(await true_in_turns(sides, clients, plan, progress))
             finally:
                 for client in clients:
                     await client.close()
     finally:
         for side in sides:
-            await side.control.close()
+            await side.control.close(delete=side.owns_pool)
     baseline = sides[0].name
     for side in sides[1:]:
         for client in (kind.name for kind in plan.clients):
-            for phase in ("claim_c64", "exec_true"):
+            for phase in ("claim_c64", "exec_true") if side.claims else ("exec_true",):
                 figures[f"{side.name}_added_{phase}_{client}_ms"] = round(
                     figures[f"{side.name}_{phase}_{client}"]["p50"] - figures[f"{baseline}_{phase}_{client}"]["p50"], 3)
     return figures

@@ -71,11 +71,17 @@ def verdicts(figures: Figures) -> list[str]:
         if claim is not None:
             lines.append(f"floor  a byte-copying proxy in front of the single server ({client}) adds {claim} ms to a "
                          f"claim's p50 at 64 clients and {true} ms to `true`'s: no hop costs less")
+        python_hop, routed = (figures.get(f"{side}_added_exec_true_{client}_ms") for side in ("forwarded", "router"))
+        if python_hop is not None and routed is not None:
+            lines.append(f"floor  a hop in Python that only forwards bytes (uvicorn and the router's connection pool) "
+                         f"in front of one node agent adds {python_hop} ms to `true`'s p50 ({client}); the router "
+                         f"adds {routed} ms, so its own work is {routed - python_hop:.3f} ms of it")
     return lines
 
 
 SIDES = {"single": "single-machine rollbox serve",
          "spliced": "the single server behind a byte-copying proxy (the floor of a hop)",
+         "forwarded": "a node agent behind a hop in Python that only forwards (bench/http_forwarder.py)",
          "router": "router over 3 node agents (static)",
          "ray": "router over 3 node agents on Ray"}
 

@@ -64,10 +64,12 @@ class Control:
                 raise RuntimeError(f"the node did not settle in {SETTLE_TIMEOUT:.0f} s: {health}")
             await asyncio.sleep(0.1)
 
-    async def close(self) -> None:
-        with contextlib.suppress(RollboxError):
-            await self.client.delete_warmpool(NAME)
-            await self.client.delete_template(NAME)
+    async def close(self, delete: bool = True) -> None:
+        """Deletes the pool and the template (unless not `delete`: another side's), and closes the client."""
+        if delete:
+            with contextlib.suppress(RollboxError):
+                await self.client.delete_warmpool(NAME)
+                await self.client.delete_template(NAME)
         await self.client.close()
 
 
