@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from rich.progress import Progress
 
@@ -50,6 +52,11 @@ NODES = ("bench-a", "bench-b", "bench-c")
 REPO = Path(__file__).resolve().parents[1]
 """Where tests/support/ray_cluster.py is found: the Ray cluster is the cluster tests' own."""
 TRUE = ["true"]
+T = TypeVar("T")
+ORDER_SEED = 20
+"""Seeds the order in which the sides take their turns, shuffled every round: one that always followed the same
+side would find the caches it shares with it (a node agent, the single server) warm or cold every time, which moved
+its p50 by more than the targets' margins (docs/cluster.md). The same seed gives every run the same orders."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +239,7 @@ async def warm_claims(sides: list[Side], clients: list[Client], concurrency: int
     bigger than bench/server.py's, so no pool refills while one is timed, and every side settles before each: a
     round's deletes and refills are over before the next side's round starts."""
     rounds = plan.rounds
+    order = random.Random(ORDER_SEED)
     tallies = [SideTally(side.front.pid, apart, nodes=side.nodes) for side in sides]
     left = max(plan.claims if concurrency > 1 else plan.one_by_one, concurrency) // concurrency * concurrency
     shared = "" if apart else ", CPUs shared"
@@ -239,7 +247,7 @@ async def warm_claims(sides: list[Side], clients: list[Client], concurrency: int
              for side, client in zip(sides, clients, strict=True)]
     while left > 0:
         size = min(left, max(concurrency, rounds.round // concurrency * concurrency))
-        for client, tally, task in zip(clients, tallies, tasks, strict=True):
+        for client, tally, task in shuffled(zip(clients, tallies, tasks, strict=True), order):
             await settle(sides)
             await claim_round(client, tally, concurrency, size, progress, task)
         left -= size
@@ -254,6 +262,7 @@ async def settle(sides: list[Side]) -> None:
 
 async def true_in_turns(sides: list[Side], clients: list[Client], plan: RealPlan, progress: Progress) -> Figures:
     """`true` in a claimed sandbox, one at a time, each side in turn (unpinned, as bench/server.py's round trips)."""
+    order = random.Random(ORDER_SEED)
     await settle(sides)
     handles = [await client.claim(NAME) for client in clients]
     tallies = [SideTally(side.front.pid, nodes=side.nodes) for side in sides]
@@ -263,7 +272,7 @@ async def true_in_turns(sides: list[Side], clients: list[Client], plan: RealPlan
         for client, handle in zip(clients, handles, strict=True):
             await succeed(client, handle, TRUE)
         for _ in range(plan.execs):
-            for client, handle, tally in zip(clients, handles, tallies, strict=True):
+            for client, handle, tally in shuffled(zip(clients, handles, tallies, strict=True), order):
                 with tally.timing():
                     latency, _ = await timed(succeed(client, handle, TRUE))
                 tally.latencies.append(latency)
@@ -272,3 +281,10 @@ async def true_in_turns(sides: list[Side], clients: list[Client], plan: RealPlan
         await asyncio.gather(*(client.delete(handle) for client, handle in zip(clients, handles, strict=True)))
     return {f"{side.name}_exec_true_{client.name}": tally.figures()
             for side, client, tally in zip(sides, clients, tallies, strict=True)}
+
+
+def shuffled(turns: Iterable[T], order: random.Random) -> list[T]:
+    """This round's turns, in an order of their own (see ORDER_SEED)."""
+    turns = list(turns)
+    order.shuffle(turns)
+    return turns
