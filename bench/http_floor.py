@@ -31,11 +31,16 @@ BODY = {"type": "http.response.body", "body": ANSWER}
 START_TIMEOUT = 30.0
 
 
+async def lifespan(receive: Any, send: Any) -> None:
+    """Starts and stops at once: a bare app has nothing to set up."""
+    while (await receive())["type"] != "lifespan.shutdown":
+        await send({"type": "lifespan.startup.complete"})
+    await send({"type": "lifespan.shutdown.complete"})
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
+        await lifespan(receive, send)
         return
     while (await receive()).get("more_body"):
         pass

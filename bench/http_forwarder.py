@@ -15,6 +15,7 @@ from typing import Any
 
 import uvicorn
 
+from http_floor import lifespan
 from rollbox.client._http import Settings
 from rollbox.client._transport import PoolTransport
 from rollbox.server.auth import TENANT_HEADER
@@ -33,9 +34,7 @@ def forwarder(node_url: str, secret: str, tenant: str) -> Any:
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         target = scope["raw_path"].decode()
         if scope["query_string"]:
