@@ -153,3 +153,33 @@ def test_a_save_that_fails_loses_the_processes_not_the_sandbox(engine: Engine, h
     assert holder.exec("cat /tmp/f").stdout == "kept\n"
     assert holder.exec(ASK.format(port=PORT, what="pid")).exit_code != 0  # its processes are gone
     assert not images(engine)
+
+
+@pytest.mark.parametrize("operation", ["fork", "snapshot"])
+def test_a_restore_that_fails_loses_the_processes_not_the_sandbox(engine: Engine, holder: Container,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  operation: str) -> None:
+    """The saved sandbox is restored from its image after a fork or a snapshot; should runsc refuse that image, the
+    sandbox is started again over its files under its id, and a fork leaves no child and no image behind."""
+    holder.exec("echo kept > /tmp/f")
+    known = {info.id for info in engine.list()}
+    start = engine.launcher.start
+
+    def refuse_the_sources_image(record, network, image=None):  # type: ignore[no-untyped-def]
+        if record.id == holder.id and image is not None:
+            raise RuntimeUnavailable("runsc restore: refused (a test's stand-in for a failed restore)")
+        return start(record, network, image)
+
+    monkeypatch.setattr(engine.launcher, "start", refuse_the_sources_image)
+    with pytest.raises(RestoreFailed, match="started again over its files"):
+        holder.fork(2) if operation == "fork" else holder.snapshot("failed-source")
+    monkeypatch.undo()
+    assert holder.info.state == "running"
+    assert holder.exec("cat /tmp/f").stdout == "kept\n"
+    assert holder.exec(ASK.format(port=PORT, what="pid")).exit_code != 0  # its processes are gone
+    assert {info.id for info in engine.list()} == known
+    if operation == "fork":
+        assert not images(engine)
+    else:
+        engine.delete_snapshot("failed-source")
+    assert not [p for p in engine.launcher.bundle_dir.iterdir() if p.name not in known]

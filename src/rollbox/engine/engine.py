@@ -139,9 +139,11 @@ class Engine:
             expires_at=now + limits.shutdown_after if limits.shutdown_after else None, labels=labels,
         )
 
-    def _launch(self, record: ContainerRecord, seed: Path | None = None, checkpoint: str | None = None) -> None:
+    def _launch(self, record: ContainerRecord, seed: Path | None = None, checkpoint: str | None = None, *,
+                keep: bool = False) -> None:
         """Starts a container on a new upper (a copy of the upper directory `seed`, or empty), restoring the
-        processes saved in the image `checkpoint` if given."""
+        processes saved in the image `checkpoint` if given. A start that fails leaves nothing of itself, and the
+        container is forgotten, unless `keep` (its caller starts it another way)."""
         record.upper = self.layers.new_upper_id()
         self._save(record)
         try:
@@ -149,7 +151,7 @@ class Engine:
             image = self.checkpoints.restorable(checkpoint) if checkpoint else None
             self.launcher.start(record, self._templates.network(record.template), image)
         except RuntimeUnavailable as error:
-            self._destroy(record)
+            self._failed_start(record, keep)
             if checkpoint and record.volumes and "read-only file system" in str(error):
                 raise RestoreFailed(f"a process of the sandbox holds a file of a volume open for writing, and a "
                                     f"fork's children mount volumes read-only: close it first ({error})") from None
@@ -158,10 +160,17 @@ class Engine:
                                     "nothing of the new container is left") from None
             raise
         except BaseException:
-            self._destroy(record)
+            self._failed_start(record, keep)
             raise
         if record.expires_at:
             self._reaper.ensure()
+
+    def _failed_start(self, record: ContainerRecord, keep: bool) -> None:
+        """Removes what a start that failed made; forgets the container too, unless its caller starts it again."""
+        if keep:
+            self.launcher.remove(record)
+        else:
+            self._destroy(record)
 
     def _restart(self, record: ContainerRecord) -> None:
         """Starts a container that died again over the same files, as its next generation."""

@@ -66,7 +66,8 @@ class Live:
                                                                              parent.snapshot)
                 child.volumes = volumes.read_only(parent.volumes)
             with ThreadPoolExecutor(max_workers=min(count + 1, RESTORE_WORKERS)) as pool:
-                restores = [pool.submit(engine._launch, record, None, image_id) for record in (parent, *children)]
+                restores = [pool.submit(self._restore, parent, image_id),
+                            *(pool.submit(engine._launch, child, None, image_id) for child in children)]
                 errors = [error for error in (f.exception() for f in restores) if error]
             if errors:
                 for child in children:
@@ -85,10 +86,21 @@ class Live:
             image = engine._freeze_upper(record)
             now = time.time()
             engine.store.put_snapshot(name, record.template, replace(image, checkpoint=image_id), record.id, now)
-            engine._launch(record, None, image_id)
+            self._restore(record, image_id)
         engine.collect_checkpoints()  # the image of a snapshot this one replaced
         return SnapshotInfo(name=name, template=record.template, created_at=now, source=record.id, memory=True,
                             size=engine.snapshot_size(name))
+
+    def _restore(self, record: ContainerRecord, image_id: str) -> None:
+        """Restores a saved container under its id, over a new upper above its frozen files. Should runsc refuse
+        the image, the container is started again over those files: it loses its processes and memory, never
+        itself."""
+        try:
+            self.engine._launch(record, None, image_id, keep=True)
+        except (RestoreFailed, RuntimeUnavailable) as error:
+            self.engine._launch(record)
+            raise RestoreFailed(f"{error}; the sandbox was started again over its files, without its processes"
+                                ) from None
 
     def standby(self, record: ContainerRecord) -> None:
         """Saves the container to disk and stops it: it holds no memory until `wake`."""
