@@ -19,10 +19,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollbox import tracing
 from rollbox.cluster.router import ClusterNode
-from rollbox.errors import RollboxError
+from rollbox.server.app import Failure
 from rollbox.server.auth import Tenants
 from rollbox.server.metrics import Metrics
-from rollbox.server.responses import error_response
 from rollbox.server.routing import header, read_body
 
 PREFIX = "/v1/sandboxes/"
@@ -48,11 +47,12 @@ FORWARDED = {
 
 
 class Forwarding:
-    def __init__(self, app: ASGIApp, cluster: ClusterNode, tenants: Tenants, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, cluster: ClusterNode, tenants: Tenants, metrics: Metrics, fail: Failure) -> None:
         self.app = app
         self.cluster = cluster
         self.tenants = tenants
         self.metrics = metrics
+        self.fail = fail
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = None if scope["type"] != "http" or tracing.on else _forwarded(scope["method"], scope["path"])
@@ -71,14 +71,13 @@ class Forwarding:
                 target += "?" + scope["query_string"].decode("latin-1")
             status, answer = await self.cluster.forward(tenant, sandbox_id, scope["method"], target, body,
                                                         call.request_type, _wait(body) if call.command else 0.0)
+            if call.command and status == 200:
+                self._record(tenant, sandbox_id, body, answer, time.perf_counter() - started)
         except ClientDisconnect:
             return
-        except RollboxError as error:
-            self.metrics.failures.labels(error.code).inc()
-            await error_response(error)(scope, receive, send)
+        except Exception as error:
+            await self.fail(error)(scope, receive, send)
             return
-        if call.command and status == 200:
-            self._record(tenant, sandbox_id, body, answer, time.perf_counter() - started)
         media_type = call.answer_type if 200 <= status < 300 else JSON
         headers = [(b"content-length", str(len(answer)).encode())]
         if media_type is not None and status != 204:

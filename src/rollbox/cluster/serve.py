@@ -32,7 +32,7 @@ def serve_router(members: Members, secret: str, *, host: str = "127.0.0.1", port
     exit_on_sigterm()
     cluster = ClusterNode(members, secret, node_capacity=node_capacity, release_idle=release_idle)
     app = create_app(cluster, tokens, admins=admins,
-                     front=lambda routes, metrics, tenants: Forwarding(routes, cluster, tenants, metrics))
+                     front=lambda routes, metrics, tenants, fail: Forwarding(routes, cluster, tenants, metrics, fail))
     listener = listener or listen_tcp(host, port)
 
     async def run() -> None:

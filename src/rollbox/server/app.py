@@ -29,8 +29,11 @@ YOUNG_OBJECTS = 10_000
 DESCRIPTION = "Isolated, stateful sandboxes for RL training of code agents. The contract is docs/api.md."
 
 
-Front = Callable[[ASGIApp, Metrics, Tenants | ClusterSecret], ASGIApp]
-"""A layer that serves some calls before the API's routes, counting them in its metrics (a router's forwarding)."""
+Failure = Callable[[Exception], Response]
+"""Turns whatever a request raised into its answer (and counts it)."""
+Front = Callable[[ASGIApp, Metrics, Tenants | ClusterSecret, Failure], ASGIApp]
+"""A layer that serves some calls before the API's routes, counting them in its metrics and answering their errors
+as the routes do (a router's forwarding)."""
 
 
 def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iterable[str] = (),
@@ -65,12 +68,13 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
         """This document."""
         return schema
 
-    app: ASGIApp = routes.app(_failure(metrics), _settle_collector)
+    fail = _failure(metrics)
+    app: ASGIApp = routes.app(fail, _settle_collector)
     if cluster_secret is None:  # E2B's SDK, unmodified, on the router (docs/compat-e2b.md)
         app = e2b.Facade(app, node, tokens, admins)
         app = agent_sandbox.Facade(app, node, routes.tenants)  # its client, unmodified (docs/compat-agent-sandbox.md)
     if front is not None:
-        app = front(app, metrics, routes.tenants)
+        app = front(app, metrics, routes.tenants, fail)
     return BodyLimit(app, max_body)
 
 
@@ -88,7 +92,7 @@ def _settle_collector() -> None:
     gc.set_threshold(YOUNG_OBJECTS, *gc.get_threshold()[1:])
 
 
-def _failure(metrics: Metrics) -> Callable[[Exception], Response]:
+def _failure(metrics: Metrics) -> Failure:
     """Every error answers `{"error": {"code", "message"}}`; client mistakes are 4xx, never 500."""
 
     def fail(error: Exception) -> Response:
