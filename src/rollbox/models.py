@@ -213,6 +213,9 @@ class Health(BaseModel):
     """The most sandboxes the node runs (claimed, warm and starting); None from a server that does not say."""
     claims: int = 0
     pools: dict[str, Any] = Field(default_factory=dict)
+    data_plane: str | None = None
+    """A cluster's router: who forwards commands and file calls to their nodes, "nginx" or "python"
+    (docs/cluster.md)."""
 
 
 # -- volumes (docs/volumes.md) ---------------------------------------------------------------------

@@ -81,4 +81,4 @@ def serve_cluster(args: argparse.Namespace, tokens: dict[str, str]) -> None:
 
         members = StaticMembers(args.node)
     serve_router(members, secret(args), host=args.host, port=args.port, tokens=tokens, admins=args.admin,
-                 node_capacity=capacity, release_idle=args.release_idle_nodes)
+                 node_capacity=capacity, release_idle=args.release_idle_nodes, data_plane=args.data_plane)

@@ -43,6 +43,10 @@ def add_commands(commands: Commands) -> None:
     cluster.add_argument("--release-idle-nodes", action="store_true",
                          help="with --ray: stop the node agents of empty nodes the warm pools and claims do not need, "
                               "so that Ray's autoscaler may remove those nodes")
+    cluster.add_argument("--data-plane", choices=("auto", "nginx", "python"), default="auto",
+                         help="who forwards commands and file calls to their nodes: nginx in front of the router, "
+                              "or the router itself; auto: nginx when it is installed and tracing is off "
+                              "(%(default)s)")
     cluster.add_argument("--node-data-dir", metavar="DIR",
                          help="with --ray: the node agents' data directory, where a node's label "
                               "rollbox.io/data-dir does not say; {node} stands for the node's name "

@@ -72,6 +72,9 @@ class ClusterNode:
         """Ready warm sandboxes per (node, pool), as last reported, less the claims sent there since."""
         self._reported: dict[str, NodeState] | None = None
         self._volumes = ClusterVolumes(self._remote, self._answering)
+        self.data_plane = "python"
+        """Who forwards commands and file calls to their nodes: "nginx" in front of the router, or the router
+        itself (cluster/serve.py)."""
 
     async def start(self) -> None:
         await self.watcher.start()
@@ -380,7 +383,8 @@ class ClusterNode:
         return {"sandboxes": sum(node.sandboxes for node in serving),
                 "max_sandboxes": sum(node.max_sandboxes for node in serving),
                 "claims": sum(node.claims for node in serving), "pools": pools,
-                "nodes": {name: node.describe() for name, node in sorted(view.items())}}
+                "nodes": {name: node.describe() for name, node in sorted(view.items())},
+                "data_plane": self.data_plane}
 
 
 @contextlib.contextmanager

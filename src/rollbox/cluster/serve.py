@@ -2,45 +2,119 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import socket as sockets
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from typing import Literal
 
 import uvloop
+from starlette.types import ASGIApp
 
+from rollbox import tracing
 from rollbox._signals import exit_on_sigterm
+from rollbox.cluster import edge
 from rollbox.cluster.forwarding import Forwarding
 from rollbox.cluster.router import ClusterNode
-from rollbox.cluster.watcher import Members
+from rollbox.cluster.watcher import TICK, Members
+from rollbox.errors import InvalidRequest
 from rollbox.server import create_app
-from rollbox.server.auth import Tenants
+from rollbox.server.app import DEFAULT_MAX_BODY, Failure
+from rollbox.server.auth import ClusterSecret, Tenants
 from rollbox.server.listen import listen_tcp, server
+from rollbox.server.metrics import Metrics
 from rollbox.server.serve import refuse_open
 
 log = logging.getLogger("rollbox.cluster")
+
+DataPlane = Literal["auto", "nginx", "python"]
+"""Who forwards an episode's commands and file calls to their nodes: nginx in front of the router (edge.py), the
+router itself (forwarding.py), or nginx when it is installed and tracing is off (tracing needs the router's spans)."""
 
 
 def serve_router(members: Members, secret: str, *, host: str = "127.0.0.1", port: int = 8080,
                  listener: sockets.socket | None = None, tokens: dict[str, str] | None = None,
                  admins: Iterable[str] = (), node_capacity: int = 64, release_idle: bool = False,
-                 log_level: str = "warning") -> None:
+                 data_plane: DataPlane = "auto", log_level: str = "warning") -> None:
     """Serves until SIGINT/SIGTERM. Nothing is lost when it stops: the nodes hold every claim and pool."""
     admins = tuple(admins)
     if listener is None:
         refuse_open(host, tokens)
     Tenants(tokens, admins)
+    nginx = _nginx(data_plane, secret)
     exit_on_sigterm()
     cluster = ClusterNode(members, secret, node_capacity=node_capacity, release_idle=release_idle)
-    app = create_app(cluster, tokens, admins=admins,
-                     front=lambda routes, metrics, tenants, fail: Forwarding(routes, cluster, tenants, metrics, fail))
+    cluster.data_plane = "nginx" if nginx else "python"
+    forwarding: list[Forwarding] = []
+
+    def front(routes: ASGIApp, metrics: Metrics, tenants: Tenants | ClusterSecret, fail: Failure) -> ASGIApp:
+        forwarding.append(Forwarding(routes, cluster, tenants, metrics, fail))
+        return forwarding[0]
+
+    app = create_app(cluster, tokens, admins=admins, front=front)
     listener = listener or listen_tcp(host, port)
 
     async def run() -> None:
         await cluster.start()
         try:
-            await server(app, log_level).serve(sockets=[listener])
+            async with _edge(nginx, listener, cluster, secret, tokens, forwarding[0]) as serving:
+                await server(app, log_level).serve(sockets=[serving])
         finally:
             await cluster.close()
 
     with listener:
         uvloop.run(run())
+
+
+def _nginx(data_plane: DataPlane, secret: str) -> str | None:
+    """nginx's path when it forwards, else None."""
+    if data_plane == "python":
+        return None
+    found = edge.available()
+    why = ("nginx is not installed" if found is None else "tracing is on" if tracing.on
+           else "the cluster secret has characters nginx's configuration cannot hold as they are"
+           if not edge.SAFE.fullmatch(secret) else None)
+    if why is None:
+        return found
+    if data_plane == "nginx":
+        raise InvalidRequest(f"--data-plane nginx: {why}; use --data-plane python, or fix that")
+    log.info("the router forwards commands and files itself: %s", why)
+    return None
+
+
+@contextlib.asynccontextmanager
+async def _edge(nginx: str | None, listener: sockets.socket, cluster: ClusterNode, secret: str,
+                tokens: dict[str, str] | None, forwarding: Forwarding) -> AsyncIterator[sockets.socket]:
+    """The socket the router's routes serve on: `listener`, or with nginx a loopback port of their own behind it,
+    nginx's nodes kept in line with the router's view meanwhile, and the commands it forwards counted and logged
+    as the router's own."""
+    if nginx is None:
+        yield listener
+        return
+    with listen_tcp("127.0.0.1", 0) as routes:
+        front = edge.Edge(listener, f"127.0.0.1:{routes.getsockname()[1]}", secret, tokens, DEFAULT_MAX_BODY,
+                          nginx)
+        try:
+            front.start(edge.nodes_of(cluster.watcher.view))
+            following = [asyncio.create_task(_follow(front, cluster)),
+                         asyncio.create_task(front.follow_commands(forwarding.record))]
+            try:
+                yield routes
+            finally:
+                for task in following:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        finally:
+            front.close()
+
+
+async def _follow(front: edge.Edge, cluster: ClusterNode) -> None:
+    """Gives nginx the nodes' addresses as the router's view changes."""
+    while True:
+        try:
+            front.update(edge.nodes_of(cluster.watcher.view))
+        except Exception:
+            log.exception("updating nginx's nodes failed; trying again")
+        await asyncio.sleep(TICK)

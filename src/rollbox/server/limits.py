@@ -55,5 +55,10 @@ class BodyLimit:
         return replay
 
     def _too_large(self) -> TooLarge:
-        return TooLarge(f"the request body is over the server's limit of {self.limit} bytes: send less "
-                        "(for big trees, several archives)")
+        return too_large(self.limit)
+
+
+def too_large(limit: int) -> TooLarge:
+    """The answer to a body over `limit` bytes (also the router's edge's, rollbox/cluster/edge.py)."""
+    return TooLarge(f"the request body is over the server's limit of {limit} bytes: send less "
+                    "(for big trees, several archives)")

@@ -29,6 +29,10 @@ from rollbox.server.streams import Emit, ndjson
 
 PATH = Query("path")
 
+EXIT_CODE_HEADER = "x-rollbox-exit-code"
+"""A command's exit code, also in the header of its answer: for the router's edge, which logs the commands it
+forwards without reading their answers (rollbox/cluster/edge.py)."""
+
 
 def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
     add = routes.add
@@ -99,7 +103,9 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         started = time.perf_counter()
         result = await node.exec(tenant, sandbox_id, body)
         metrics.record_exec(tenant, sandbox_id, body.command, result.exit_code, time.perf_counter() - started)
-        return json_response(result)
+        answer = json_response(result)
+        answer.headers[EXIT_CODE_HEADER] = "" if result.exit_code is None else str(result.exit_code)
+        return answer
 
     @add("POST", "/v1/sandboxes/{sandbox_id}/exec/stream", body=ExecRequest, answer="application/x-ndjson")
     async def exec_stream(tenant: str, sandbox_id: str, body: ExecRequest) -> Response:

@@ -1,0 +1,356 @@
+"""The router's edge: nginx in front of the router's routes, passing an episode's inner-loop calls (a command run, a
+file read or write) straight to the sandbox's node, and every other call to the router.
+
+A hop that parses HTTP in Python costs more on a command than the router may add to it (docs/cluster.md, "What a hop
+costs"); nginx forwards at the cost of copying bytes. It decides nothing the router would decide otherwise: a call
+goes straight to a node only when nginx knows the caller's token exactly and the node the sandbox's id names (see
+`render`); anything else, a call whose node it could not reach included, goes to the router, which answers as it
+always does. So the router's answers stay the API's, and the edge only makes the common case faster.
+
+The router writes nginx's configuration from its tokens and its view of the nodes, and has nginx load it again
+(SIGHUP) when a node's address changes. nginx serves on the router's listening socket, which it inherits; the router
+itself listens on a loopback port of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket as sockets
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollbox.cluster.view import NodeState
+from rollbox.errors import NodeUnavailable
+from rollbox.models import ErrorBody
+from rollbox.server.auth import OPEN_TENANT, TENANT_HEADER
+from rollbox.server.limits import too_large
+from rollbox.server.sandboxes import EXIT_CODE_HEADER
+
+log = logging.getLogger("rollbox.cluster")
+
+NGINX = "nginx"
+SAFE = re.compile(r"[A-Za-z0-9._~+/=:-]+")
+"""Tokens and node names nginx's configuration may hold as they are; calls with others go to the router."""
+COMMANDS = "commands.fifo"
+PIPE_SIZE = 1 << 20
+F_SETPIPE_SZ = 1031
+START_TIMEOUT = 10.0
+STOP_TIMEOUT = 10.0
+COMMAND_WAIT = "1d"
+"""How long nginx waits for a node's answer: a command may run that long (the router waits as long as it runs)."""
+CONNECT_TIMEOUT = "2s"
+"""How long nginx tries to reach a node before the call goes to the router, which waits for the node to be back."""
+_PR_SET_PDEATHSIG = 1
+
+
+def available() -> str | None:
+    """nginx's path, when it is installed."""
+    return shutil.which(NGINX)
+
+
+@dataclass(frozen=True)
+class Routes:
+    """What nginx's configuration is made of."""
+
+    listen: str
+    """The address nginx serves on, as nginx writes it (`127.0.0.1:8080`, `[::1]:8080`)."""
+    router: str
+    """The router's own address (`127.0.0.1:PORT`)."""
+    secret: str
+    tokens: Mapping[str, str] | None
+    """Each tenant's token; None or empty for an open router, whose every caller is the tenant `default`."""
+    nodes: Mapping[str, str]
+    """Each node's name and its agent's address (`host:port`)."""
+    max_body: int
+
+
+def nodes_of(view: Mapping[str, NodeState]) -> dict[str, str]:
+    """The nodes a call may go to straight: every node with an address that has not left the cluster. A node whose
+    agent does not answer stays: a call to it that finds nobody listening goes to the router, which waits for it."""
+    nodes = {}
+    for name, node in view.items():
+        if node.status != "lost" and node.url is not None and node.url.startswith("http://") and SAFE.fullmatch(name):
+            nodes[name] = node.url.removeprefix("http://").rstrip("/")
+    return nodes
+
+
+def render(routes: Routes, root: Path) -> str:
+    """nginx's configuration. The maps decide, for each call, where it goes:
+
+    - `$rollbox_tenant`: the tenant of an `Authorization: Bearer TOKEN` nginx knows (case-sensitive regular
+      expressions: nginx matches plain strings in any case); empty for any other, which the router then judges;
+    - `$rollbox_node`: the node named by the id of a command run or file call (the id up to its last `-`, as the
+      router reads it), from the request's path as sent, so an encoded or dotted path never matches;
+    - `$rollbox_upstream`: that node's agent when both are known, else the router.
+    """
+    tenants = "\n".join(f'    "~^Bearer {_regex(token)}$" {tenant};'
+                        for tenant, token in sorted((routes.tokens or {}).items())
+                        if SAFE.fullmatch(token) and SAFE.fullmatch(tenant))
+    open_default = OPEN_TENANT if not routes.tokens else '""'
+    names = sorted(routes.nodes)
+    upstreams = "\n".join(f"  upstream rollbox_node_{index} {{ server {routes.nodes[name]}; {_KEEPALIVE} }}"
+                          for index, name in enumerate(names))
+    node_map = "\n".join(f'    "~^{_regex(name)}$" rollbox_node_{index};' for index, name in enumerate(names))
+    limit = too_large(routes.max_body)
+    over_limit = _json(limit.status, limit.code, str(limit))
+    dropped = _json(NodeUnavailable.status, NodeUnavailable.code,
+                    "node $rollbox_node stopped answering during the call: the sandbox's state is unknown; check it, "
+                    "or try again")
+    return _CONFIG.format(
+        root=root, listen=routes.listen, router=routes.router, keepalive=_KEEPALIVE, upstreams=upstreams,
+        tenants=tenants, open_default=open_default, node_map=node_map, secret=routes.secret,
+        tenant_header=TENANT_HEADER, wait=COMMAND_WAIT, connect=CONNECT_TIMEOUT, max_body=routes.max_body,
+        too_large=over_limit, dropped=dropped, exit_header=EXIT_CODE_HEADER.replace("-", "_"), commands=COMMANDS)
+
+
+def _regex(text: str) -> str:
+    """`text` (SAFE) as a PCRE that matches only it."""
+    return re.sub(r"([.+])", r"\\\1", text)
+
+
+def _json(status: int, code: str, message: str) -> str:
+    """An nginx `return` of the API's error body (in a location whose default_type is JSON)."""
+    body = ErrorBody.of(code, message).model_dump_json().replace("\\", "\\\\").replace("'", "\\'")
+    return f"return {status} '{body}';"
+
+
+_KEEPALIVE = "keepalive 256; keepalive_requests 1000000000; keepalive_timeout 60s;"
+"""Kept-alive connections to a node or the router: closed by nginx before the other side's 75 s run out."""
+
+_CONFIG = """\
+# Written by rollbox's router (rollbox/cluster/edge.py), which loads it again when nodes come and go.
+worker_processes 1;
+daemon off;
+pid {root}/nginx.pid;
+error_log {root}/error.log warn;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off;
+  server_tokens off;
+  client_body_temp_path {root}/body;
+  proxy_temp_path {root}/proxy;
+  fastcgi_temp_path {root}/fastcgi;
+  uwsgi_temp_path {root}/uwsgi;
+  scgi_temp_path {root}/scgi;
+  keepalive_timeout 75s;
+  keepalive_requests 1000000000;
+  client_body_buffer_size 1m;
+  tcp_nodelay on;
+  proxy_http_version 1.1;
+  proxy_buffering off;
+  proxy_read_timeout {wait};
+  proxy_send_timeout {wait};
+  proxy_connect_timeout {connect};
+
+  upstream rollbox_router {{ server {router}; {keepalive} }}
+{upstreams}
+
+  map $http_authorization $rollbox_tenant {{
+    default {open_default};
+{tenants}
+  }}
+  map "$request_method $request_uri" $rollbox_node {{
+    default "";
+    "~^POST /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/exec$" $1;
+    "~^(?:GET|PUT) /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/files(?:\\?[^#]*)?$" $1;
+  }}
+  map $rollbox_node $rollbox_node_upstream {{
+    default "";
+{node_map}
+  }}
+  map "$rollbox_tenant|$rollbox_node_upstream" $rollbox_upstream {{
+    default rollbox_router;
+    "~^[^|]+\\|(rollbox_node_[0-9]+)$" $1;
+  }}
+  map $rollbox_upstream $rollbox_authorization {{
+    rollbox_router $http_authorization;
+    default "Bearer {secret}";
+  }}
+  map $rollbox_upstream $rollbox_acting_for {{
+    rollbox_router "";
+    default $rollbox_tenant;
+  }}
+  map "$request_method|$rollbox_upstream" $rollbox_command {{
+    "~^POST\\|rollbox_node_" 1;
+    default 0;
+  }}
+  log_format rollbox_command escape=json
+    '{{"tenant":"$rollbox_tenant","uri":"$request_uri","body":"$request_body",'
+    '"exit_code":"$upstream_http_{exit_header}","seconds":"$upstream_response_time"}}';
+  map $http_upgrade $rollbox_connection {{
+    default upgrade;
+    "" "";
+  }}
+
+  server {{
+    listen {listen} backlog=2048;
+
+    location ~ ^/v1/sandboxes/[^/]+/(?:exec|files)$ {{
+      client_max_body_size {max_body};
+      error_page 413 = @too_large;
+      error_page 502 504 = @unreached;
+      access_log {root}/{commands} rollbox_command if=$rollbox_command;
+      proxy_pass http://$rollbox_upstream;
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization $rollbox_authorization;
+      proxy_set_header {tenant_header} $rollbox_acting_for;
+    }}
+    location @unreached {{
+      default_type application/json;
+      # Nothing reached the node: the router takes the call, and waits for the node if it is restarting.
+      # Something did: the node may have run it, so it is not sent again.
+      if ($upstream_bytes_sent != "0") {{ {dropped} }}
+      proxy_pass http://rollbox_router;
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_set_header {tenant_header} "";
+    }}
+    location @too_large {{ default_type application/json; {too_large} }}
+    location / {{
+      client_max_body_size 0;
+      proxy_request_buffering off;
+      proxy_pass http://rollbox_router;
+      proxy_set_header Host $http_host;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $rollbox_connection;
+      proxy_set_header {tenant_header} "";
+    }}
+  }}
+}}
+"""
+
+
+class Edge:
+    """nginx serving `listener` in front of the router at `router` (`host:port`), in a private directory of its own,
+    until `close`."""
+
+    def __init__(self, listener: sockets.socket, router: str, secret: str, tokens: Mapping[str, str] | None,
+                 max_body: int, executable: str) -> None:
+        self._listener = listener
+        self._executable = executable
+        self._routes = Routes(_address(listener), router, secret, dict(tokens or {}), {}, max_body)
+        self.root = Path(tempfile.mkdtemp(prefix="rollbox-edge-"))  # 0700: the configuration holds the tokens
+        self._config = self.root / "nginx.conf"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._reader = self._keeper = -1
+
+    def _open_commands(self) -> None:
+        """The pipe nginx writes a line to for each command it forwards (COMMANDS), read by `follow_commands`. The
+        router holds its write end too, so the read end never ends while nginx loads its configuration again."""
+        fifo = self.root / COMMANDS
+        os.mkfifo(fifo, 0o600)
+        self._reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        self._keeper = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        with contextlib.suppress(OSError):  # a bigger pipe keeps nginx from waiting on a busy router
+            fcntl.fcntl(self._reader, F_SETPIPE_SZ, PIPE_SIZE)
+
+    def start(self, nodes: Mapping[str, str]) -> None:
+        self._open_commands()
+        self._write(nodes)
+        fd = self._listener.fileno()
+        self._process = subprocess.Popen(
+            [self._executable, "-c", str(self._config), "-e", str(self.root / "error.log")],
+            env={**os.environ, "NGINX": f"{fd};"}, pass_fds=(fd,), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + START_TIMEOUT
+        while not (self.root / "nginx.pid").exists():
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"nginx did not start: {self.errors()}")
+            time.sleep(0.01)
+
+    def update(self, nodes: Mapping[str, str]) -> bool:
+        """Loads the configuration again if the nodes' addresses changed; whether they did."""
+        if dict(nodes) == self._routes.nodes or self._process is None:
+            return False
+        self._write(nodes)
+        self._process.send_signal(signal.SIGHUP)  # new workers take new calls; the old ones finish theirs
+        log.info("edge: nodes now %s", ", ".join(f"{name} at {address}" for name, address in sorted(nodes.items())))
+        return True
+
+    async def follow_commands(self, record: Record) -> None:
+        """Calls `record` for each command nginx forwarded, as it answers, until cancelled."""
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(lambda: _CommandLines(record), os.fdopen(self._reader, "rb"))
+        self._reader = -1  # the transport owns it now
+        try:
+            await asyncio.Future()
+        finally:
+            transport.close()
+
+    def close(self) -> None:
+        for fd in (self._reader, self._keeper):
+            if fd >= 0:
+                os.close(fd)
+        if self._process is not None:
+            self._process.send_signal(signal.SIGQUIT)  # finish the calls under way
+            try:
+                self._process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def errors(self) -> str:
+        with contextlib.suppress(OSError):
+            return (self.root / "error.log").read_text(errors="replace")[-2000:]
+        return ""
+
+    def _write(self, nodes: Mapping[str, str]) -> None:
+        self._routes = Routes(**{**self._routes.__dict__, "nodes": dict(nodes)})
+        written = self.root / "nginx.conf.new"
+        written.touch(mode=0o600)
+        written.write_text(render(self._routes, self.root))
+        written.replace(self._config)
+
+
+Record = Callable[[str, str, "str | list[str]", "int | None", float], None]
+"""Takes a forwarded command's tenant, sandbox id, command, exit code and seconds (Metrics.record_exec's)."""
+
+
+class _CommandLines(asyncio.Protocol):
+    """nginx's lines about the commands it forwarded (the `rollbox_command` log format), each passed to `record`."""
+
+    def __init__(self, record: Record) -> None:
+        self.record = record
+        self.pending = b""
+
+    def data_received(self, data: bytes) -> None:
+        *lines, self.pending = (self.pending + data).split(b"\n")
+        for line in lines:
+            try:
+                self.record(*_command_run(line))
+            except Exception:
+                log.exception("edge: cannot read nginx's line about a command: %r", line[:500])
+
+
+def _command_run(line: bytes) -> tuple[str, str, str | list[str], int | None, float]:
+    fields = json.loads(line)
+    body = json.loads(fields["body"]) if fields["body"] else {}  # an over-long body stayed in nginx's file
+    sandbox_id = fields["uri"].removeprefix("/v1/sandboxes/").partition("/")[0]
+    exit_code = int(fields["exit_code"]) if fields["exit_code"] else None
+    seconds = float(fields["seconds"]) if fields["seconds"].replace(".", "", 1).isdigit() else 0.0
+    return fields["tenant"], sandbox_id, body.get("command", "?"), exit_code, seconds
+
+
+def _address(listener: sockets.socket) -> str:
+    host, port = listener.getsockname()[:2]
+    return f"[{host}]:{port}" if listener.family == sockets.AF_INET6 else f"{host}:{port}"
+
+
+def _die_with_parent() -> None:
+    """nginx goes when the router does, even killed: it must not keep the router's port."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
