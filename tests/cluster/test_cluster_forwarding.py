@@ -1,6 +1,7 @@
-"""The calls a router forwards as bytes (cluster/forwarding.py): answered exactly as the sandbox's node agent answers
-them, errors included, for the caller's own sandboxes only, and counted in the router's metrics and command log as
-the API's routes count the calls they serve."""
+"""The calls a router forwards as bytes, by nginx at its edge (cluster/edge.py) or by the router itself
+(cluster/forwarding.py): answered exactly as the sandbox's node agent answers them, errors included, for the caller's
+own sandboxes only, and counted in the router's metrics and command log as the API's routes count the calls they
+serve. Every test runs on both data planes."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 
 from rollbox.client import Sandbox, SandboxClient
 from rollbox.server.auth import TENANT_HEADER
-from tests.cluster.conftest import POOL
-from tests.support.cluster import TOKENS, Cluster, node_of
+from tests.cluster.conftest import NODES, POOL
+from tests.support.cluster import ADMINS, TOKENS, Cluster, node_of, router_health, running_cluster, wait_for
 
 CALLS: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "exec", {"json": {"command": "echo out; echo err >&2; exit 3"}}),
@@ -30,6 +31,14 @@ CALLS: list[tuple[str, str, dict[str, Any]]] = [
     ("PUT", "files", {"params": {"path": "/tmp/forwarded", "mode": "not-a-mode"}, "content": b"x"}),
 ]
 """Each forwarded call, done well and badly."""
+
+
+@pytest.fixture(scope="module", params=["nginx", "python"])
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("cluster"), NODES, tokens=TOKENS, admins=ADMINS,
+                         data_plane=request.param) as cluster:
+        assert router_health(cluster.url)["data_plane"] == request.param
+        yield cluster
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +108,7 @@ def test_forwarded_commands_are_counted_and_logged_by_the_router(cluster: Cluste
         answer = router_call(cluster, TOKENS["alice"], "POST", f"/v1/sandboxes/{sandbox.id}/exec",
                              json={"command": f"exit {code}"})
         assert answer.json()["exit_code"] == code
-    assert execs() == before + 2
+    wait_for(lambda: execs() == before + 2, "both commands counted", timeout=5)  # nginx's lines come a moment later
     log = router_call(cluster, TOKENS["alice"], "GET", f"/dashboard/api/sandboxes/{sandbox.id}/commands").json()
     assert [(entry["command"], entry["exit_code"], entry["tenant"]) for entry in log[-2:]] == [
         ("exit 0", 0, "alice"), ("exit 7", 7, "alice")]

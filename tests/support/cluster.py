@@ -113,6 +113,9 @@ class Cluster:
     routers: list[Process] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
     admins: tuple[str, ...] = ()
+    data_plane: str = "auto"
+    """The routers' `--data-plane`: nginx where it is installed (as the test set-up installs it), unless a test
+    asks for the router's own."""
 
     @property
     def url(self) -> str:
@@ -123,7 +126,8 @@ class Cluster:
         nodes = [arg for node in self.nodes.values() for arg in ("--node", node.url)]
         tokens = [arg for tenant, token in self.tokens.items() for arg in ("--token", f"{tenant}={token}")]
         admins = [arg for tenant in self.admins for arg in ("--admin", tenant)]
-        router = Process(["serve", *nodes, "--secret-file", str(self.secret_file), *tokens, *admins],
+        router = Process(["serve", *nodes, "--secret-file", str(self.secret_file), *tokens, *admins,
+                          "--data-plane", self.data_plane],
                          self.root / f"router-{len(self.routers)}.log")
         self.routers.append(router)
         router.start()
@@ -160,7 +164,8 @@ def node_agent(root: Path, name: str, secret_file: Path, max_sandboxes: int = 16
 
 @contextlib.contextmanager
 def running_cluster(root: Path, nodes: Mapping[str, int] = MappingProxyType({"alpha": 16, "beta": 16}), *,
-                    tokens: dict[str, str] | None = None, admins: tuple[str, ...] = ()) -> Iterator[Cluster]:
+                    tokens: dict[str, str] | None = None, admins: tuple[str, ...] = (),
+                    data_plane: str = "auto") -> Iterator[Cluster]:
     """A node agent per name in `nodes` (holding that many sandboxes at most) and one router in front of them,
     each node `up` at the router."""
     root.mkdir(parents=True, exist_ok=True)
@@ -168,7 +173,7 @@ def running_cluster(root: Path, nodes: Mapping[str, int] = MappingProxyType({"al
     secret_file.write_text(secrets.token_hex(32))
     secret_file.chmod(0o600)
     agents = {name: node_agent(root, name, secret_file, most) for name, most in nodes.items()}
-    cluster = Cluster(root, secret_file, agents, tokens=dict(tokens or {}), admins=admins)
+    cluster = Cluster(root, secret_file, agents, tokens=dict(tokens or {}), admins=admins, data_plane=data_plane)
     try:
         for node in agents.values():
             node.spawn()

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollbox.cluster.view import NodeState
-from rollbox.errors import NodeUnavailable
+from rollbox.errors import ConnectionFailed, NodeUnavailable
 from rollbox.models import ErrorBody
 from rollbox.server.auth import OPEN_TENANT, TENANT_HEADER
 from rollbox.server.limits import too_large
@@ -109,11 +109,14 @@ def render(routes: Routes, root: Path) -> str:
     dropped = _json(NodeUnavailable.status, NodeUnavailable.code,
                     "node $rollbox_node stopped answering during the call: the sandbox's state is unknown; check it, "
                     "or try again")
+    gone = _json(ConnectionFailed.status, ConnectionFailed.code,
+                 "the router behind nginx does not answer: it is stopping or starting; try again shortly")
     return _CONFIG.format(
         root=root, listen=routes.listen, router=routes.router, keepalive=_KEEPALIVE, upstreams=upstreams,
         tenants=tenants, open_default=open_default, node_map=node_map, secret=routes.secret,
         tenant_header=TENANT_HEADER, wait=COMMAND_WAIT, connect=CONNECT_TIMEOUT, max_body=routes.max_body,
-        too_large=over_limit, dropped=dropped, exit_header=EXIT_CODE_HEADER.replace("-", "_"), commands=COMMANDS)
+        too_large=over_limit, dropped=dropped, gone=gone, exit_header=EXIT_CODE_HEADER.replace("-", "_"),
+        commands=COMMANDS)
 
 
 def _regex(text: str) -> str:
@@ -197,6 +200,7 @@ http {{
 
   server {{
     listen {listen} backlog=2048;
+    recursive_error_pages on;
 
     location ~ ^/v1/sandboxes/[^/]+/(?:exec|files)$ {{
       client_max_body_size {max_body};
@@ -214,14 +218,17 @@ http {{
       # Nothing reached the node: the router takes the call, and waits for the node if it is restarting.
       # Something did: the node may have run it, so it is not sent again.
       if ($upstream_bytes_sent != "0") {{ {dropped} }}
+      error_page 502 504 = @router_gone;
       proxy_pass http://rollbox_router;
       proxy_set_header Host $http_host;
       proxy_set_header Connection "";
       proxy_set_header {tenant_header} "";
     }}
     location @too_large {{ default_type application/json; {too_large} }}
+    location @router_gone {{ default_type application/json; {gone} }}
     location / {{
       client_max_body_size 0;
+      error_page 502 504 = @router_gone;
       proxy_request_buffering off;
       proxy_pass http://rollbox_router;
       proxy_set_header Host $http_host;
