@@ -103,10 +103,11 @@ def server_args(*args: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def router(root: Path, name: str, node_urls: list[str], secret_file: Path) -> Iterator[Child]:
-    """`rollbox serve --node URL ...` over `node_urls`, once it counts every node as up."""
+def router(root: Path, name: str, node_urls: list[str], secret_file: Path, data_plane: str) -> Iterator[Child]:
+    """`rollbox serve --node URL ... --data-plane DATA_PLANE` over `node_urls`, once it counts every node as up."""
     nodes = [arg for url in node_urls for arg in ("--node", url)]
-    with rollbox(root, name, *server_args(*nodes, "--secret-file", str(secret_file))) as child:
+    with rollbox(root, name, *server_args(*nodes, "--secret-file", str(secret_file), "--data-plane",
+                                          data_plane)) as child:
         wait_health(child, None, lambda health: sum(node["status"] == "up" for node in health["nodes"].values())
                     == len(node_urls))
         yield child

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import httpx
 from rich.progress import Progress
 
 from claims import claim_round
@@ -145,11 +146,14 @@ def measure(root: Path, plan: RealPlan, progress: Progress, ray: bool) -> Figure
             agents = [running.enter_context(rollbox(root, name, "node", "--name", name, "--data-dir", str(data[name]),
                                                     "--secret-file", str(secret), "--max-sandboxes", str(most)))
                       for name in NODES]
-            front = running.enter_context(router(root, "router", [agent.url for agent in agents], secret))
+            urls = [agent.url for agent in agents]
+            front = running.enter_context(router(root, "router", urls, secret, "nginx"))
+            by_python = running.enter_context(router(root, "pyrouter", urls, secret, "python"))
             splice = running.enter_context(spliced(root, "spliced", single))
             forwarder = running.enter_context(forwarding(root, "forwarded", agents[0], secret))
             sides = [Side("single", single), Side("spliced", splice, owns_pool=False),
                      Side("router", front, tuple(agent.pid for agent in agents)),
+                     Side("pyrouter", by_python, tuple(agent.pid for agent in agents), owns_pool=False),
                      Side("forwarded", forwarder, (agents[0].pid,), owns_pool=False, claims=False)]
             failed = {}
             if ray:
@@ -157,7 +161,9 @@ def measure(root: Path, plan: RealPlan, progress: Progress, ray: bool) -> Figure
                     sides.append(running.enter_context(on_ray(root / "ray", most, plan.pool)))
                 except Exception as error:  # the other sides are still worth measuring: the verdicts say it failed
                     failed["ray_failed"] = f"{type(error).__name__}: {error}"[:2000]
-            return {**asyncio.run(compare(sides, plan, progress)), **failed}
+            planes = {f"{side.name}_data_plane": httpx.get(f"{side.front.url}/healthz").json()["data_plane"]
+                      for side in sides if side.name in ("router", "pyrouter", "ray")}
+            return {**asyncio.run(compare(sides, plan, progress)), **failed, **planes}
     finally:
         for path in data.values():
             if (path / "state.db").exists():

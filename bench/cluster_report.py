@@ -46,11 +46,16 @@ def cluster_targets(side: str, client: str) -> dict[str, Check]:
     }
 
 
+BESIDE = ("spliced", "pyrouter")
+"""Sides measured beside the router for comparison, held to no target: the byte-copying floor, and the router
+forwarding commands itself instead of through nginx."""
+
+
 def targets(figures: Figures) -> dict[str, Check]:
     checks = {**SIMULATED_TARGETS, "ray_failed": ("the Ray cluster serves", lambda error: False, str)}
     for name in figures:
         side, _, rest = name.partition("_claim_c64_")
-        if rest in ("raw", "sdk") and side not in ("single", "spliced"):
+        if rest in ("raw", "sdk") and side not in ("single", *BESIDE):
             checks.update(cluster_targets(side, rest))
     return {name: check for name, check in checks.items() if name in figures}
 
@@ -71,18 +76,21 @@ def verdicts(figures: Figures) -> list[str]:
         if claim is not None:
             lines.append(f"floor  a byte-copying proxy in front of the single server ({client}) adds {claim} ms to a "
                          f"claim's p50 at 64 clients and {true} ms to `true`'s: no hop costs less")
-        python_hop, routed = (figures.get(f"{side}_added_exec_true_{client}_ms") for side in ("forwarded", "router"))
+        python_hop, routed, by_python = (figures.get(f"{side}_added_exec_true_{client}_ms")
+                                         for side in ("forwarded", "router", "pyrouter"))
         if python_hop is not None and routed is not None:
             lines.append(f"floor  a hop in Python that only forwards bytes (uvicorn and the router's connection pool) "
                          f"in front of one node agent adds {python_hop} ms to `true`'s p50 ({client}); the router "
-                         f"adds {routed} ms, so its own work is {routed - python_hop:.3f} ms of it")
+                         f"adds {routed} ms with nginx at its edge ({figures.get('router_data_plane')}), and "
+                         f"{by_python} ms forwarding commands itself")
     return lines
 
 
 SIDES = {"single": "single-machine rollbox serve",
          "spliced": "the single server behind a byte-copying proxy (the floor of a hop)",
          "forwarded": "a node agent behind a hop in Python that only forwards (bench/http_forwarder.py)",
-         "router": "router over 3 node agents (static)",
+         "router": "router over 3 node agents (static), nginx at its edge",
+         "pyrouter": "the same router forwarding commands itself (--data-plane python)",
          "ray": "router over 3 node agents on Ray"}
 
 

@@ -63,7 +63,7 @@ FULL = SimulatedPlan(window=6400, warmup=6400, handoffs=256)
 def measure(root: Path, plan: SimulatedPlan, progress: Progress) -> Figures:
     secret = secret_file(root)
     with (simulated_nodes(NODES, ROOM_PER_NODE, secret.read_text()) as nodes,
-          router(root, "router-simulated", nodes.urls, secret) as first):
+          router(root, "router-simulated", nodes.urls, secret, "nginx") as first):
         figures = asyncio.run(phases(root, secret, nodes.urls, nodes.pid, first, plan, progress))
     few, live = figures["simulated_at_few"], figures["simulated_at_live"]
     figures["simulated_cpu_per_claim_ratio"] = round(live["claim_cpu_ms_median"] / few["claim_cpu_ms_median"], 3)
@@ -78,7 +78,7 @@ async def phases(root: Path, secret: Path, urls: list[str], nodes: int, first: C
     try:
         await control.apply(NODES * WARM_PER_NODE)
         figures = await scale(first, nodes, plan, progress)
-        with router(root, "router-simulated-second", urls, secret) as second:
+        with router(root, "router-simulated-second", urls, secret, "nginx") as second:
             figures["simulated_handoffs"] = await handoffs(first, second, plan.handoffs, progress)
     finally:
         await control.close()

@@ -135,7 +135,7 @@ class SimulatedNode:
 
     # -- claims -----------------------------------------------------------------------------
 
-    async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
+    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False) -> SandboxInfo:
         if request.snapshot is not None:
             raise SnapshotNotFound("a simulated node holds no snapshots")
         if request.warmpool is not None:

@@ -1,11 +1,15 @@
-"""nginx at the router's edge (cluster/edge.py), attacked and broken: it passes a call straight to a node only for a
-token it knows exactly, never lets a caller name its own tenant, answers an oversized body as the API does, does
+"""nginx at the router's edge (cluster/edge.py), attacked and broken: it claims, runs commands and moves files
+straight on the nodes with the router's process stopped, counted by the router once it runs again; it passes a call
+straight to a node only for a token it knows exactly, never lets a caller name its own tenant, leaves a claim no node
+can take warm to the router, answers an oversized body as the API does, does
 not run a command twice when its node dies during it, leaves a call whose node is restarting to the router, and
 goes when the router is killed. A cluster of its own: these tests kill its processes."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import threading
 import time
@@ -169,3 +173,54 @@ def _read_answer(connection: socket.socket) -> tuple[bytes, bytes]:
             break
         body += chunk
     return head, body
+
+
+def test_warm_claims_commands_and_files_go_straight_to_the_nodes(cluster: Cluster, client: SandboxClient) -> None:
+    """With the router's own process stopped (SIGSTOP), nginx still claims warm sandboxes, runs commands and moves
+    files, for the tenant of each token; back, the router has counted and logged them as its own."""
+    router = cluster.routers[0]
+    assert router.process is not None
+    before = _metric(cluster, "rollbox_claims_total"), _metric(cluster, "rollbox_execs_total")
+    os.kill(router.process.pid, signal.SIGSTOP)
+    try:
+        with SandboxClient(cluster.url, token=TOKENS["alice"], timeout=10) as alice, \
+                SandboxClient(cluster.url, token=TOKENS["bob"], timeout=10) as bob:
+            mine = alice.create_sandbox(warmpool=POOL)
+            theirs = bob.create_sandbox(warmpool=POOL)
+            assert (mine.info.tenant, theirs.info.tenant) == ("alice", "bob")
+            assert mine.run("echo straight").stdout == "straight\n"
+            mine.files.write("/tmp/straight", b"bytes")
+            assert mine.files.read("/tmp/straight") == b"bytes"
+            named = httpx.post(f"{cluster.url}/v1/sandboxes", json={"warmpool": POOL}, timeout=10,
+                               headers={"Authorization": f"Bearer {TOKENS['bob']}", TENANT_HEADER: "alice"})
+            assert named.status_code == 201 and named.json()["tenant"] == "bob", named.text
+    finally:
+        os.kill(router.process.pid, signal.SIGCONT)
+    wait_for(lambda: (_metric(cluster, "rollbox_claims_total"), _metric(cluster, "rollbox_execs_total")) == (
+        before[0] + 3, before[1] + 1), "the claims and the command counted by the router", 10)
+    alices = {sandbox.id for sandbox in client.list_sandboxes()}
+    assert mine.id in alices and theirs.id not in alices and named.json()["id"] not in alices
+    for sandbox_id, token in ((mine.id, "alice"), (theirs.id, "bob"), (named.json()["id"], "bob")):
+        with SandboxClient(cluster.url, token=TOKENS[token]) as owner:
+            owner.get_sandbox(sandbox_id).delete()
+
+
+def test_a_claim_no_node_can_take_warm_is_placed_by_the_router(cluster: Cluster, client: SandboxClient) -> None:
+    """Every warm sandbox taken, the next claim starts cold where the router places it; a claim of a pool no node
+    has is answered as the router answers it."""
+    held = []
+    try:
+        for _ in range(sum(SHARES.values()) + 1):
+            held.append(client.create_sandbox(warmpool=POOL))
+        assert all(sandbox.run("echo up").stdout == "up\n" for sandbox in held)
+    finally:
+        for sandbox in held:
+            sandbox.delete()
+    answer = httpx.post(f"{cluster.url}/v1/sandboxes", json={"warmpool": "no-such-pool"}, timeout=30,
+                        headers={"Authorization": f"Bearer {TOKENS['alice']}"})
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found", answer.text
+
+
+def _metric(cluster: Cluster, name: str) -> float:
+    text = httpx.get(f"{cluster.url}/metrics", timeout=10).text
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(f"{name} ")))

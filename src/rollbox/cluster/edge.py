@@ -28,8 +28,8 @@ import socket as sockets
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rollbox.cluster.view import NodeState
@@ -37,14 +37,16 @@ from rollbox.errors import ConnectionFailed, NodeUnavailable
 from rollbox.models import ErrorBody
 from rollbox.server.auth import OPEN_TENANT, TENANT_HEADER
 from rollbox.server.limits import too_large
-from rollbox.server.sandboxes import EXIT_CODE_HEADER
+from rollbox.server.metrics import Metrics
+from rollbox.server.sandboxes import EXIT_CODE_HEADER, WARM_ONLY
 
 log = logging.getLogger("rollbox.cluster")
 
 NGINX = "nginx"
 SAFE = re.compile(r"[A-Za-z0-9._~+/=:-]+")
 """Tokens and node names nginx's configuration may hold as they are; calls with others go to the router."""
-COMMANDS = "commands.fifo"
+CALLS = "calls.fifo"
+"""The pipe nginx writes a line to for each command and claim it passed to a node."""
 PIPE_SIZE = 1 << 20
 F_SETPIPE_SZ = 1031
 START_TIMEOUT = 10.0
@@ -72,19 +74,24 @@ class Routes:
     secret: str
     tokens: Mapping[str, str] | None
     """Each tenant's token; None or empty for an open router, whose every caller is the tenant `default`."""
-    nodes: Mapping[str, str]
-    """Each node's name and its agent's address (`host:port`)."""
     max_body: int
+    nodes: Mapping[str, str] = field(default_factory=dict)
+    """Each node's name and its agent's address (`host:port`)."""
+    claiming: tuple[str, ...] = ()
+    """The nodes that take new claims (of `nodes`)."""
 
 
-def nodes_of(view: Mapping[str, NodeState]) -> dict[str, str]:
-    """The nodes a call may go to straight: every node with an address that has not left the cluster. A node whose
-    agent does not answer stays: a call to it that finds nobody listening goes to the router, which waits for it."""
+def targets(view: Mapping[str, NodeState]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """From the router's view: the nodes a call may go to straight, and those a warm claim may try.
+
+    A call on a sandbox may go to every node with an address that has not left the cluster. A node whose agent does
+    not answer stays: a call to it that finds nobody listening goes to the router, which waits for it. A claim may
+    try the nodes that are up (not those joining, whose templates are still being copied)."""
     nodes = {}
     for name, node in view.items():
         if node.status != "lost" and node.url is not None and node.url.startswith("http://") and SAFE.fullmatch(name):
             nodes[name] = node.url.removeprefix("http://").rstrip("/")
-    return nodes
+    return nodes, tuple(sorted(name for name in nodes if view[name].status == "up"))
 
 
 def render(routes: Routes, root: Path) -> str:
@@ -94,29 +101,36 @@ def render(routes: Routes, root: Path) -> str:
       expressions: nginx matches plain strings in any case); empty for any other, which the router then judges;
     - `$rollbox_node`: the node named by the id of a command run or file call (the id up to its last `-`, as the
       router reads it), from the request's path as sent, so an encoded or dotted path never matches;
-    - `$rollbox_upstream`: that node's agent when both are known, else the router.
+    - `$rollbox_upstream`: that node's agent when both are known, else the router;
+    - `$rollbox_claim_upstream`: for a claim of a known tenant, the nodes that take claims, tried in turn for a
+      ready warm sandbox (`warm_only`, server/sandboxes.py); a claim none can take warm goes to the router, which
+      places it as it always does (a cold start, a snapshot, volumes).
     """
     tenants = "\n".join(f'    "~^Bearer {_regex(token)}$" {tenant};'
                         for tenant, token in sorted((routes.tokens or {}).items())
                         if SAFE.fullmatch(token) and SAFE.fullmatch(tenant))
-    open_default = OPEN_TENANT if not routes.tokens else '""'
     names = sorted(routes.nodes)
-    upstreams = "\n".join(f"  upstream rollbox_node_{index} {{ server {routes.nodes[name]}; {_KEEPALIVE} }}"
-                          for index, name in enumerate(names))
-    node_map = "\n".join(f'    "~^{_regex(name)}$" rollbox_node_{index};' for index, name in enumerate(names))
+    upstreams = [f"  upstream rollbox_node_{index} {{ server {routes.nodes[name]}; {_KEEPALIVE} }}"
+                 for index, name in enumerate(names)]
+    claim_map = ""
+    if routes.claiming:
+        servers = " ".join(f"server {routes.nodes[name]} max_fails=0;" for name in routes.claiming)
+        upstreams.append(f"  upstream rollbox_claims {{ random two least_conn; {servers} {_KEEPALIVE} }}")
+        claim_map = '    "~^POST\\|." rollbox_claims;'
     limit = too_large(routes.max_body)
-    over_limit = _json(limit.status, limit.code, str(limit))
-    dropped = _json(NodeUnavailable.status, NodeUnavailable.code,
-                    "node $rollbox_node stopped answering during the call: the sandbox's state is unknown; check it, "
-                    "or try again")
-    gone = _json(ConnectionFailed.status, ConnectionFailed.code,
-                 "the router behind nginx does not answer: it is stopping or starting; try again shortly")
     return _CONFIG.format(
-        root=root, listen=routes.listen, router=routes.router, keepalive=_KEEPALIVE, upstreams=upstreams,
-        tenants=tenants, open_default=open_default, node_map=node_map, secret=routes.secret,
-        tenant_header=TENANT_HEADER, wait=COMMAND_WAIT, connect=CONNECT_TIMEOUT, max_body=routes.max_body,
-        too_large=over_limit, dropped=dropped, gone=gone, exit_header=EXIT_CODE_HEADER.replace("-", "_"),
-        commands=COMMANDS)
+        root=root, listen=routes.listen, router=routes.router, keepalive=_KEEPALIVE, upstreams="\n".join(upstreams),
+        tenants=tenants, open_default=OPEN_TENANT if not routes.tokens else '""', secret=routes.secret,
+        node_map="\n".join(f'    "~^{_regex(name)}$" rollbox_node_{index};' for index, name in enumerate(names)),
+        claim_map=claim_map, warm_only=f"/v1/sandboxes?{WARM_ONLY.name}=true", tenant_header=TENANT_HEADER,
+        wait=COMMAND_WAIT, connect=CONNECT_TIMEOUT, max_body=routes.max_body,
+        too_large=_json(limit.status, limit.code, str(limit)),
+        dropped=_json(NodeUnavailable.status, NodeUnavailable.code,
+                      "node $rollbox_node stopped answering during the call: the sandbox's state is unknown; check "
+                      "it, or try again"),
+        gone=_json(ConnectionFailed.status, ConnectionFailed.code,
+                   "the router behind nginx does not answer: it is stopping or starting; try again shortly"),
+        exit_header=EXIT_CODE_HEADER.replace("-", "_"), calls=CALLS)
 
 
 def _regex(text: str) -> str:
@@ -190,8 +204,28 @@ http {{
     "~^POST\\|rollbox_node_" 1;
     default 0;
   }}
-  log_format rollbox_command escape=json
-    '{{"tenant":"$rollbox_tenant","uri":"$request_uri","body":"$request_body",'
+  map "$request_method|$rollbox_tenant" $rollbox_claim_upstream {{
+    default rollbox_router;
+{claim_map}
+  }}
+  map $rollbox_claim_upstream $rollbox_claim_target {{
+    rollbox_router $request_uri;
+    default {warm_only};
+  }}
+  map $rollbox_claim_upstream $rollbox_claim_authorization {{
+    rollbox_router $http_authorization;
+    default "Bearer {secret}";
+  }}
+  map $rollbox_claim_upstream $rollbox_claim_acting_for {{
+    rollbox_router "";
+    default $rollbox_tenant;
+  }}
+  map "$rollbox_claim_upstream|$status" $rollbox_claimed {{
+    "rollbox_claims|201" 1;
+    default 0;
+  }}
+  log_format rollbox_call escape=json
+    '{{"tenant":"$rollbox_tenant","uri":"$request_uri","body":"$request_body","status":"$status",'
     '"exit_code":"$upstream_http_{exit_header}","seconds":"$upstream_response_time"}}';
   map $http_upgrade $rollbox_connection {{
     default upgrade;
@@ -206,7 +240,7 @@ http {{
       client_max_body_size {max_body};
       error_page 413 = @too_large;
       error_page 502 504 = @unreached;
-      access_log {root}/{commands} rollbox_command if=$rollbox_command;
+      access_log {root}/{calls} rollbox_call if=$rollbox_command;
       proxy_pass http://$rollbox_upstream;
       proxy_set_header Host $http_host;
       proxy_set_header Connection "";
@@ -218,6 +252,27 @@ http {{
       # Nothing reached the node: the router takes the call, and waits for the node if it is restarting.
       # Something did: the node may have run it, so it is not sent again.
       if ($upstream_bytes_sent != "0") {{ {dropped} }}
+      error_page 502 504 = @router_gone;
+      proxy_pass http://rollbox_router;
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_set_header {tenant_header} "";
+    }}
+    location = /v1/sandboxes {{
+      # A claim: the nodes that take claims, in turn, until one has a warm sandbox for it; then the router.
+      client_max_body_size {max_body};
+      error_page 413 = @too_large;
+      proxy_next_upstream error timeout http_503 http_404 http_429 non_idempotent;
+      proxy_intercept_errors on;
+      error_page 502 503 504 = @claimed_by_router;
+      access_log {root}/{calls} rollbox_call if=$rollbox_claimed;
+      proxy_pass http://$rollbox_claim_upstream$rollbox_claim_target;
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization $rollbox_claim_authorization;
+      proxy_set_header {tenant_header} $rollbox_claim_acting_for;
+    }}
+    location @claimed_by_router {{
       error_page 502 504 = @router_gone;
       proxy_pass http://rollbox_router;
       proxy_set_header Host $http_host;
@@ -249,25 +304,15 @@ class Edge:
                  max_body: int, executable: str) -> None:
         self._listener = listener
         self._executable = executable
-        self._routes = Routes(_address(listener), router, secret, dict(tokens or {}), {}, max_body)
+        self._routes = Routes(_address(listener), router, secret, dict(tokens or {}), max_body)
         self.root = Path(tempfile.mkdtemp(prefix="rollbox-edge-"))  # 0700: the configuration holds the tokens
         self._config = self.root / "nginx.conf"
         self._process: subprocess.Popen[bytes] | None = None
         self._reader = self._keeper = -1
 
-    def _open_commands(self) -> None:
-        """The pipe nginx writes a line to for each command it forwards (COMMANDS), read by `follow_commands`. The
-        router holds its write end too, so the read end never ends while nginx loads its configuration again."""
-        fifo = self.root / COMMANDS
-        os.mkfifo(fifo, 0o600)
-        self._reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-        self._keeper = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        with contextlib.suppress(OSError):  # a bigger pipe keeps nginx from waiting on a busy router
-            fcntl.fcntl(self._reader, F_SETPIPE_SZ, PIPE_SIZE)
-
-    def start(self, nodes: Mapping[str, str]) -> None:
-        self._open_commands()
-        self._write(nodes)
+    def start(self, view: Mapping[str, NodeState]) -> None:
+        self._open_calls()
+        self._write(view)
         fd = self._listener.fileno()
         self._process = subprocess.Popen(
             [self._executable, "-c", str(self._config), "-e", str(self.root / "error.log")],
@@ -279,19 +324,22 @@ class Edge:
                 raise RuntimeError(f"nginx did not start: {self.errors()}")
             time.sleep(0.01)
 
-    def update(self, nodes: Mapping[str, str]) -> bool:
-        """Loads the configuration again if the nodes' addresses changed; whether they did."""
-        if dict(nodes) == self._routes.nodes or self._process is None:
+    def update(self, view: Mapping[str, NodeState]) -> bool:
+        """Loads the configuration again if the nodes' addresses, or those taking claims, changed; whether they did."""
+        if self._process is None or targets(view) == (self._routes.nodes, self._routes.claiming):
             return False
-        self._write(nodes)
+        self._write(view)
         self._process.send_signal(signal.SIGHUP)  # new workers take new calls; the old ones finish theirs
-        log.info("edge: nodes now %s", ", ".join(f"{name} at {address}" for name, address in sorted(nodes.items())))
+        log.info("edge: nodes now %s; taking claims: %s", ", ".join(
+            f"{name} at {address}" for name, address in sorted(self._routes.nodes.items())),
+            ", ".join(self._routes.claiming) or "none")
         return True
 
-    async def follow_commands(self, record: Record) -> None:
-        """Calls `record` for each command nginx forwarded, as it answers, until cancelled."""
+    async def follow_calls(self, metrics: Metrics) -> None:
+        """Counts and logs each command and claim nginx passed to a node, as the router's routes do theirs, until
+        cancelled."""
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.connect_read_pipe(lambda: _CommandLines(record), os.fdopen(self._reader, "rb"))
+        transport, _ = await loop.connect_read_pipe(lambda: _CallLines(metrics), os.fdopen(self._reader, "rb"))
         self._reader = -1  # the transport owns it now
         try:
             await asyncio.Future()
@@ -316,41 +364,52 @@ class Edge:
             return (self.root / "error.log").read_text(errors="replace")[-2000:]
         return ""
 
-    def _write(self, nodes: Mapping[str, str]) -> None:
-        self._routes = Routes(**{**self._routes.__dict__, "nodes": dict(nodes)})
+    def _open_calls(self) -> None:
+        """The pipe nginx writes its lines to (CALLS), read by `follow_calls`. The router holds its write end too,
+        so that the read end never ends while nginx loads its configuration again."""
+        fifo = self.root / CALLS
+        os.mkfifo(fifo, 0o600)
+        self._reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        self._keeper = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        with contextlib.suppress(OSError):  # a bigger pipe keeps nginx from waiting on a busy router
+            fcntl.fcntl(self._reader, F_SETPIPE_SZ, PIPE_SIZE)
+
+    def _write(self, view: Mapping[str, NodeState]) -> None:
+        nodes, claiming = targets(view)
+        self._routes = replace(self._routes, nodes=nodes, claiming=claiming)
         written = self.root / "nginx.conf.new"
         written.touch(mode=0o600)
         written.write_text(render(self._routes, self.root))
         written.replace(self._config)
 
 
-Record = Callable[[str, str, "str | list[str]", "int | None", float], None]
-"""Takes a forwarded command's tenant, sandbox id, command, exit code and seconds (Metrics.record_exec's)."""
+class _CallLines(asyncio.Protocol):
+    """nginx's lines (the `rollbox_call` log format) about the commands and claims it passed to nodes, recorded in
+    the router's metrics and command log."""
 
-
-class _CommandLines(asyncio.Protocol):
-    """nginx's lines about the commands it forwarded (the `rollbox_command` log format), each passed to `record`."""
-
-    def __init__(self, record: Record) -> None:
-        self.record = record
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
         self.pending = b""
 
     def data_received(self, data: bytes) -> None:
         *lines, self.pending = (self.pending + data).split(b"\n")
         for line in lines:
             try:
-                self.record(*_command_run(line))
+                self._record(json.loads(line))
             except Exception:
-                log.exception("edge: cannot read nginx's line about a command: %r", line[:500])
+                log.exception("edge: cannot read nginx's line: %r", line[:500])
 
-
-def _command_run(line: bytes) -> tuple[str, str, str | list[str], int | None, float]:
-    fields = json.loads(line)
-    body = json.loads(fields["body"]) if fields["body"] else {}  # an over-long body stayed in nginx's file
-    sandbox_id = fields["uri"].removeprefix("/v1/sandboxes/").partition("/")[0]
-    exit_code = int(fields["exit_code"]) if fields["exit_code"] else None
-    seconds = float(fields["seconds"]) if fields["seconds"].replace(".", "", 1).isdigit() else 0.0
-    return fields["tenant"], sandbox_id, body.get("command", "?"), exit_code, seconds
+    def _record(self, call: dict[str, str]) -> None:
+        seconds = float(call["seconds"]) if call["seconds"].replace(".", "", 1).isdigit() else 0.0
+        path = call["uri"].partition("?")[0]
+        if path == "/v1/sandboxes":
+            self.metrics.record_claim(seconds)
+            return
+        body = json.loads(call["body"]) if call["body"] else {}  # a body too long for memory stayed in nginx's file
+        sandbox_id = path.removeprefix("/v1/sandboxes/").partition("/")[0]
+        self.metrics.execs.inc()
+        self.metrics.record_exec(call["tenant"], sandbox_id, body.get("command", "?"),
+                                 int(call["exit_code"]) if call["exit_code"] else None, seconds)
 
 
 def _address(listener: sockets.socket) -> str:

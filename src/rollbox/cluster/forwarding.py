@@ -85,12 +85,6 @@ class Forwarding:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
 
-    def record(self, tenant: str, sandbox_id: str, command: str | list[str], exit_code: int | None,
-               seconds: float) -> None:
-        """A command the router's edge forwarded (edge.py), counted and logged as the router's own."""
-        self.metrics.execs.inc()
-        self.metrics.record_exec(tenant, sandbox_id, command, exit_code, seconds)
-
     def _record(self, tenant: str, sandbox_id: str, body: bytes, answer: bytes, seconds: float) -> None:
         """The command log and the exec histogram, from the request the node accepted and its answer."""
         self.metrics.record_exec(tenant, sandbox_id, json.loads(body)["command"], json.loads(answer)["exit_code"],

@@ -142,7 +142,8 @@ class ClusterNode:
 
     # -- claims -----------------------------------------------------------------------------
 
-    async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
+    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False) -> SandboxInfo:
+        """Placed by the router: `warm_only` is for a node's own claims, behind an edge."""
         nodes = self._serving()
         if request.snapshot:
             nodes = await self._holding_snapshot(tenant, request.snapshot, nodes)

@@ -87,8 +87,8 @@ def _nginx(data_plane: DataPlane, secret: str) -> str | None:
 async def _edge(nginx: str | None, listener: sockets.socket, cluster: ClusterNode, secret: str,
                 tokens: dict[str, str] | None, forwarding: Forwarding) -> AsyncIterator[sockets.socket]:
     """The socket the router's routes serve on: `listener`, or with nginx a loopback port of their own behind it,
-    nginx's nodes kept in line with the router's view meanwhile, and the commands it forwards counted and logged
-    as the router's own."""
+    nginx's nodes kept in line with the router's view meanwhile, and the commands and claims it passes to them
+    counted and logged as the router's own."""
     if nginx is None:
         yield listener
         return
@@ -96,9 +96,9 @@ async def _edge(nginx: str | None, listener: sockets.socket, cluster: ClusterNod
         front = edge.Edge(listener, f"127.0.0.1:{routes.getsockname()[1]}", secret, tokens, DEFAULT_MAX_BODY,
                           nginx)
         try:
-            front.start(edge.nodes_of(cluster.watcher.view))
+            front.start(cluster.watcher.view)
             following = [asyncio.create_task(_follow(front, cluster)),
-                         asyncio.create_task(front.follow_commands(forwarding.record))]
+                         asyncio.create_task(front.follow_calls(forwarding.metrics))]
             try:
                 yield routes
             finally:
@@ -114,7 +114,7 @@ async def _follow(front: edge.Edge, cluster: ClusterNode) -> None:
     """Gives nginx the nodes' addresses as the router's view changes."""
     while True:
         try:
-            front.update(edge.nodes_of(cluster.watcher.view))
+            front.update(cluster.watcher.view)
         except Exception:
             log.exception("updating nginx's nodes failed; trying again")
         await asyncio.sleep(TICK)

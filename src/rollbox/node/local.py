@@ -26,6 +26,7 @@ from rollbox.engine import Engine
 from rollbox.errors import (
     CapacityExceeded,
     InvalidRequest,
+    NodeUnavailable,
     NotFound,
     SandboxNotFound,
     SandboxNotRunning,
@@ -121,7 +122,7 @@ class LocalNode(ProcessOperations):
 
     # -- claims -----------------------------------------------------------------------------
 
-    async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
+    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False) -> SandboxInfo:
         """Takes a warm container on the event loop; only a cold start goes to a thread."""
         self.deletions.last_claim = time.monotonic()
         template = self.resources.template_for(request)
@@ -132,7 +133,10 @@ class LocalNode(ProcessOperations):
         try:
             if volumes:  # held before the container starts: a second writer is refused at once
                 await to_thread.run_sync(self.node_volumes.reserve, tenant, sandbox_id, volumes)
-            warm = None if snapshot or volumes else self.resources.take_warm(template, request.warmpool)
+            warm = None if snapshot or volumes else self.resources.take_warm(template, request.warmpool,
+                                                                              count_miss=not warm_only)
+            if warm is None and warm_only:
+                raise NodeUnavailable(f"node {self.name} has no ready warm sandbox for this claim")
             container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot,
                                                             self.node_volumes.engine_mounts(tenant, volumes))
             try:

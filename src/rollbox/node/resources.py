@@ -145,8 +145,9 @@ class Resources:
 
     # -- starting containers ----------------------------------------------------------------
 
-    def take_warm(self, template: str | None, warmpool: str | None) -> str | None:
-        """A ready container of `template` from its pools (`warmpool` first), or None when they are empty."""
+    def take_warm(self, template: str | None, warmpool: str | None, count_miss: bool = True) -> str | None:
+        """A ready container of `template` from its pools (`warmpool` first), or None when they are empty
+        (counted as a miss of `warmpool`, unless not `count_miss`: a claim that will try another node)."""
         named = self.pools.get(warmpool) if warmpool is not None else None
         if named is not None and named.template == template:
             container_id = named.take()
@@ -157,7 +158,7 @@ class Resources:
                 container_id = pool.take()
                 if container_id is not None:
                     return container_id
-        if named is not None:
+        if named is not None and count_miss:
             named.missed()  # its demand outran it: a pool with maxReplicas grows
         return None
 

@@ -22,12 +22,16 @@ from rollbox.models import (
     SnapshotRequest,
 )
 from rollbox.node import Node
+from rollbox.server.auth import ClusterSecret
 from rollbox.server.metrics import Metrics
 from rollbox.server.responses import json_response, no_content
 from rollbox.server.routing import Query, Routes
 from rollbox.server.streams import Emit, ndjson
 
 PATH = Query("path")
+WARM_ONLY = Query("warm_only", bool, False)
+"""A node agent's claims only: take a warm sandbox or answer 503 at once, for a router's edge that tries the nodes in
+turn (rollbox/cluster/edge.py)."""
 
 EXIT_CODE_HEADER = "x-rollbox-exit-code"
 """A command's exit code, also in the header of its answer: for the router's edge, which logs the commands it
@@ -39,11 +43,12 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
 
     # -- claims -----------------------------------------------------------------------------
 
-    @add("POST", "/v1/sandboxes", body=ClaimRequest, answer=SandboxInfo, status=201)
-    async def create_sandbox(tenant: str, body: ClaimRequest) -> Response:
+    @add("POST", "/v1/sandboxes", body=ClaimRequest, answer=SandboxInfo, status=201,
+         query=(WARM_ONLY,) if isinstance(routes.tenants, ClusterSecret) else ())
+    async def create_sandbox(tenant: str, body: ClaimRequest, warm_only: bool = False) -> Response:
         """Claims a sandbox: warm from a pool when one has it, else started from its template or snapshot."""
         started = time.perf_counter()
-        info = await node.claim(tenant, body)
+        info = await node.claim(tenant, body, warm_only=warm_only)
         metrics.record_claim(time.perf_counter() - started)
         return json_response(info, 201)
 
