@@ -17,6 +17,7 @@ from rollbox.errors import (
     CapacityExceeded,
     Conflict,
     InvalidResource,
+    NodeUnavailable,
     NotFound,
     SandboxNotFound,
     SandboxNotRunning,
@@ -104,6 +105,23 @@ async def test_empty_pool_falls_back_to_a_cold_start(node: LocalNode) -> None:
     assert await run(node, "alice", claim.id, "echo $GREETING") == "hi\n"
     cold = await node.claim("alice", ClaimRequest(template="basic"))
     assert await run(node, "alice", cold.id, "cat /opt/data/file") == "baseline\n"
+
+
+async def test_a_warm_only_claim_takes_a_warm_sandbox_or_nothing(node: LocalNode) -> None:
+    """What a router's edge asks of each node in turn: a warm sandbox, or 503 at once having started nothing,
+    whatever else the claim asks for."""
+    await node.apply(pool(replicas=1), print)
+    await filled(node)
+    claim = await node.claim("alice", ClaimRequest(warmpool="basic-pool"), warm_only=True)
+    assert (claim.warmpool, claim.tenant) == ("basic-pool", "alice")
+    await node.apply(pool(replicas=0), print)  # no refill: the pool stays empty
+    for request in (ClaimRequest(warmpool="basic-pool"), ClaimRequest(template="basic"),
+                    ClaimRequest(warmpool="no-such-pool"), ClaimRequest(warmpool="basic-pool", snapshot="a-snapshot")):
+        started = time.perf_counter()
+        with pytest.raises(NodeUnavailable):
+            await node.claim("alice", request, warm_only=True)
+        assert time.perf_counter() - started < 0.5, request  # no container started
+    assert [info.id for info in await node.claims("alice")] == [claim.id]
 
 
 async def test_unknown_sources_fail_clearly(node: LocalNode) -> None:

@@ -115,7 +115,7 @@ def render(routes: Routes, root: Path) -> str:
     claim_map = ""
     if routes.claiming:
         servers = " ".join(f"server {routes.nodes[name]} max_fails=0;" for name in routes.claiming)
-        upstreams.append(f"  upstream rollbox_claims {{ random two least_conn; {servers} {_KEEPALIVE} }}")
+        upstreams.append(f"  upstream rollbox_claims {{ {servers} {_KEEPALIVE} }}")  # in turn, as the router spreads
         claim_map = '    "~^POST\\|." rollbox_claims;'
     limit = too_large(routes.max_body)
     return _CONFIG.format(
@@ -262,7 +262,7 @@ http {{
       # A claim: the nodes that take claims, in turn, until one has a warm sandbox for it; then the router.
       client_max_body_size {max_body};
       error_page 413 = @too_large;
-      proxy_next_upstream error timeout http_503 http_404 http_429 non_idempotent;
+      proxy_next_upstream error timeout http_503 http_429 non_idempotent;
       proxy_intercept_errors on;
       error_page 502 503 504 = @claimed_by_router;
       access_log {root}/{calls} rollbox_call if=$rollbox_claimed;

@@ -124,6 +124,8 @@ class LocalNode(ProcessOperations):
 
     async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False) -> SandboxInfo:
         """Takes a warm container on the event loop; only a cold start goes to a thread."""
+        if warm_only and (request.snapshot or request.volumes or request.warmpool not in self.resources.pools):
+            raise NodeUnavailable(f"node {self.name} takes this claim from no warm pool of its own")
         self.deletions.last_claim = time.monotonic()
         template = self.resources.template_for(request)
         snapshot = snapshot_key(tenant, request.snapshot) if request.snapshot else None
