@@ -44,6 +44,10 @@ PACE = 1000.0
 claims: well under what it serves, so that both are timed at the same rate. Back to back, its CPU per claim falls as
 its rate rises (more requests per turn of its event loop), which hid what the live claims change."""
 TRUE = ["true"]
+DATA_PLANE = "python"
+"""The targets here are the router process's own (claims per second through it, its CPU and memory per claim as
+claims pile up), so every claim goes through it: at nginx's edge, warm claims would go straight to the nodes, and
+nginx keeps nothing per claim (docs/cluster.md)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ FULL = SimulatedPlan(window=6400, warmup=6400, handoffs=256)
 def measure(root: Path, plan: SimulatedPlan, progress: Progress) -> Figures:
     secret = secret_file(root)
     with (simulated_nodes(NODES, ROOM_PER_NODE, secret.read_text()) as nodes,
-          router(root, "router-simulated", nodes.urls, secret, "nginx") as first):
+          router(root, "router-simulated", nodes.urls, secret, DATA_PLANE) as first):
         figures = asyncio.run(phases(root, secret, nodes.urls, nodes.pid, first, plan, progress))
     few, live = figures["simulated_at_few"], figures["simulated_at_live"]
     figures["simulated_cpu_per_claim_ratio"] = round(live["claim_cpu_ms_median"] / few["claim_cpu_ms_median"], 3)
@@ -78,7 +82,7 @@ async def phases(root: Path, secret: Path, urls: list[str], nodes: int, first: C
     try:
         await control.apply(NODES * WARM_PER_NODE)
         figures = await scale(first, nodes, plan, progress)
-        with router(root, "router-simulated-second", urls, secret, "nginx") as second:
+        with router(root, "router-simulated-second", urls, secret, DATA_PLANE) as second:
             figures["simulated_handoffs"] = await handoffs(first, second, plan.handoffs, progress)
     finally:
         await control.close()
