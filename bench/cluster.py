@@ -40,13 +40,14 @@ NOTES = (
     "claim: when the router is busy less than all the time, that other CPU set the rate, and the router's own bound "
     "is 1000 / its CPU ms per claim.",
     "Real cluster: the client, the routers, the node agents and the single server all share this machine's CPUs. In "
-    "the rounds marked 'a CPU each' the client runs on one CPU and the event loop of the process it talks to (single "
-    "server or router) on another, as bench/server.py times claims; the node agents run where the scheduler puts "
-    "them, since two cores cannot give client, router and nodes one each as machines of their own would. A claim "
-    "through a router costs the router's CPU and a node agent's on the same cores, where a single server's costs one "
-    "process's; with 64 clients back to back the p50 is about 64 claims' worth of the busiest CPU's work, so here it "
-    "shows the two processes' sum, not the hop a router on its own machine adds. Compare 'front CPU' (router) with "
-    "the single server's CPU per claim for what the router's own machine would carry.",
+    "the rounds marked 'a CPU each' the client runs on one CPU and the process it talks to (the single server, nginx's "
+    "worker at a router's edge, or a router forwarding itself) on another, as bench/server.py times claims; what is "
+    "behind it (a router's own process, the node agents) runs where the scheduler puts it, since two cores cannot "
+    "give client, router and nodes one each as machines of their own would. A claim through a router costs the "
+    "front's CPU and a node agent's on the same cores, where a single server's costs one process's; with 64 clients "
+    "back to back the p50 is about 64 claims' worth of the busiest CPU's work, so here it shows their sum, not the "
+    "hop a router on its own machine adds. Compare 'front CPU' with the single server's CPU per claim for what the "
+    "router's own machine would carry.",
 )
 RAY_NOTE = ("Ray: the head and the three worker raylets run throughout the real-cluster rounds, beside every side; the "
             "Ray router's process is also a Ray driver, and its node agents run in Ray actors' worker processes.")

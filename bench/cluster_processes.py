@@ -127,6 +127,21 @@ def wait_health(child: Child, process: subprocess.Popen[bytes] | None, ready: Ca
             time.sleep(0.05)
 
 
+def edge_worker(router: int) -> int | None:
+    """The worker of the nginx a router runs at its edge (rollbox/cluster/edge.py), if it runs one."""
+    for master in children(router):
+        if Path(f"/proc/{master}/exe").resolve().name == "nginx":
+            return next(iter(children(master)), None)
+    return None
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def secret_file(root: Path) -> Path:
     path = root / "cluster-secret"
     path.write_text(secrets.token_hex(32))

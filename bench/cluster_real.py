@@ -34,6 +34,7 @@ from cluster_processes import (
     TOKEN,
     TOKEN_ARGS,
     Child,
+    edge_worker,
     forwarding,
     rollbox,
     router,
@@ -111,6 +112,16 @@ class Side:
 
     def __post_init__(self) -> None:
         self.control = Control(self.front.url, TOKEN)
+
+    @property
+    def pid(self) -> int:
+        """The process the client talks to: nginx's worker at a router's edge, else the front's own."""
+        return edge_worker(self.front.pid) or self.front.pid
+
+    @property
+    def behind(self) -> tuple[int, ...]:
+        """The processes behind it: a router's own process behind nginx, and the node agents."""
+        return self.nodes if self.pid == self.front.pid else (self.front.pid, *self.nodes)
 
 
 @dataclass
@@ -246,7 +257,7 @@ async def warm_claims(sides: list[Side], clients: list[Client], concurrency: int
     round's deletes and refills are over before the next side's round starts."""
     rounds = plan.rounds
     order = random.Random(ORDER_SEED)
-    tallies = [SideTally(side.front.pid, apart, nodes=side.nodes) for side in sides]
+    tallies = [SideTally(side.pid, apart, nodes=side.behind) for side in sides]
     left = max(plan.claims if concurrency > 1 else plan.one_by_one, concurrency) // concurrency * concurrency
     shared = "" if apart else ", CPUs shared"
     tasks = [progress.add_task(f"{side.name}: claim x {concurrency} concurrent{shared}, {client.label}", total=left)
@@ -271,7 +282,7 @@ async def true_in_turns(sides: list[Side], clients: list[Client], plan: RealPlan
     order = random.Random(ORDER_SEED)
     await settle(sides)
     handles = [await client.claim(NAME) for client in clients]
-    tallies = [SideTally(side.front.pid, nodes=side.nodes) for side in sides]
+    tallies = [SideTally(side.pid, nodes=side.behind) for side in sides]
     names = ", ".join(side.name for side in sides)
     task = progress.add_task(f"exec true, {names} in turns, {clients[0].label}", total=plan.execs)
     try:

@@ -113,11 +113,12 @@ def table(figures: Figures) -> Table:
     report = Table(title=f"rollbox cluster benchmark ({figures['mode']}, {ray} Ray, {figures['elapsed_s']} s)",
                    caption=f"{m['cores']} cores, {m['memory_mb']} MB, Linux {m['kernel']}, runc {m['runc']}; load "
                            f"{m['load_before']} before, {m['load_after']} after. Latencies in ms; CPU: ms per "
-                           "operation of the process the client talks to (router or single server), of the node "
-                           "agents behind a router, and of the client; load: 1-minute load average as the phase "
+                           "operation of the process the client talks to (nginx at a router's edge, a router, the "
+                           "single server), of what is behind it (a router's own process behind nginx, the node "
+                           "agents), and of the client; load: 1-minute load average as the phase "
                            "started")
     report.add_column("measurement")
-    for column in ("p50", "p99", "n", "/s", "front CPU", "nodes CPU", "client CPU", "load"):
+    for column in ("p50", "p99", "n", "/s", "front CPU", "behind CPU", "client CPU", "load"):
         report.add_column(column, justify="right")
     report.add_column("notes")
     for name, value in figures.items():
