@@ -1,0 +1,103 @@
+"""The router's edge without nginx running: which nodes its configuration names, how it knows tokens, and how the
+router reads nginx's lines (tests/cluster/test_cluster_edge.py runs the real thing)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rollbox.cluster.edge import Routes, _CallLines, render, targets
+from rollbox.cluster.view import NodeState
+from rollbox.server.metrics import Metrics
+
+SECRET = "s" * 32
+
+
+def node(name: str, status: str, url: str | None = "http://10.0.0.1:7000") -> NodeState:
+    return NodeState(name, url, status, 0.0)  # type: ignore[arg-type]
+
+
+def test_calls_go_to_every_node_not_lost_and_claims_to_those_up() -> None:
+    view = {state.name: state for state in (
+        node("up-a", "up", "http://10.0.0.1:7000/"), node("joining", "joining", "http://10.0.0.2:7000"),
+        node("unreachable", "unreachable", "http://10.0.0.3:7000"), node("lost", "lost"),
+        node("starting", "up", None), node("tls", "up", "https://10.0.0.4:7000"), node('bad"name', "up"))}
+    nodes, claiming = targets(view)
+    assert nodes == {"up-a": "10.0.0.1:7000", "joining": "10.0.0.2:7000", "unreachable": "10.0.0.3:7000"}
+    assert claiming == ("up-a",)
+
+
+def map_keys(config: str, variable: str) -> dict[str, str]:
+    """The regular expressions of one of the configuration's maps, and what each maps to."""
+    block = re.search(rf'map (?:"[^"]*"|\S+) \${variable} {{\n(.*?)\n  }}', config, re.S)
+    assert block is not None, variable
+    keys = {}
+    for line in block.group(1).splitlines():
+        found = re.fullmatch(r'\s+"~(.*)" (\S+);', line)
+        if found:
+            keys[found.group(1)] = found.group(2)
+    return keys
+
+
+def tenant_of(config: str, authorization: str) -> str | None:
+    return next((tenant for pattern, tenant in map_keys(config, "rollbox_tenant").items()
+                 if re.search(pattern, authorization)), None)
+
+
+def test_a_token_is_known_by_its_exact_bytes_only() -> None:
+    tokens = {"alice": "Ab.c+d/e=f~g:h-i_j", "bob": "bob-token", "eve": 'has"quote', "mallory": "has space"}
+    config = render(Routes("127.0.0.1:8080", "127.0.0.1:9000", SECRET, tokens, 1024), Path("/run/edge"))
+    assert tenant_of(config, "Bearer Ab.c+d/e=f~g:h-i_j") == "alice"
+    assert tenant_of(config, "Bearer bob-token") == "bob"
+    for wrong in ("Bearer ab.c+d/e=f~g:h-i_j", "Bearer AbXc+d/e=f~g:h-i_j", "Bearer Ab.cd/e=f~g:h-i_j",
+                  "Bearer bob-tokenx", "Bearer BOB-TOKEN", "bearer bob-token", "Bearer  bob-token", "bob-token"):
+        assert tenant_of(config, wrong) is None, wrong
+    assert "quote" not in config and "has space" not in config  # left to the router, which knows them
+    assert re.search(r"map \$http_authorization \$rollbox_tenant {\n    default \"\";", config)
+
+
+def test_an_open_router_names_every_caller_default() -> None:
+    config = render(Routes("127.0.0.1:8080", "127.0.0.1:9000", SECRET, None, 1024), Path("/run/edge"))
+    assert re.search(r"map \$http_authorization \$rollbox_tenant {\n    default default;", config)
+
+
+def test_ids_name_their_nodes_as_the_router_reads_them() -> None:
+    routes = Routes("127.0.0.1:8080", "127.0.0.1:9000", SECRET, None, 1024,
+                    {"w-1": "10.0.0.1:7000", "w.2": "10.0.0.2:7000"}, ("w-1",))
+    config = render(routes, Path("/run/edge"))
+    calls = map_keys(config, "rollbox_node")
+    upstreams = map_keys(config, "rollbox_node_upstream")
+
+    def upstream(request: str) -> str | None:
+        name = next((re.sub(r"\$1", found.group(1), value) for pattern, value in calls.items()
+                     if (found := re.search(pattern, request))), None)
+        return None if name is None else next((value for pattern, value in upstreams.items()
+                                               if re.search(pattern, name)), None)
+
+    assert upstream("POST /v1/sandboxes/w-1-9f3c/exec") == "rollbox_node_0"
+    assert upstream("GET /v1/sandboxes/w.2-9f3c/files?path=/tmp/x") == "rollbox_node_1"
+    assert upstream("PUT /v1/sandboxes/w-1-9f3c/files?path=/tmp/x&mode=420") == "rollbox_node_0"
+    for elsewhere in ("POST /v1/sandboxes/wX2-9f3c/exec", "POST /v1/sandboxes/w-1-9f3c/exec/stream",
+                      "GET /v1/sandboxes/w-1-9f3c/exec", "POST /v1/sandboxes/w-1-9f3c%2F..%2Fx/exec",
+                      "POST /v1/sandboxes/../w-1-9f3c/exec", "DELETE /v1/sandboxes/w-1-9f3c/files?path=/x",
+                      "POST /v1/sandboxes/w-1/exec", "POST /v1/sandboxes/w-3-9f3c/exec"):
+        assert upstream(elsewhere) is None, elsewhere
+    assert "upstream rollbox_claims { server 10.0.0.1:7000 max_fails=0;" in config
+    assert "10.0.0.2:7000 max_fails" not in config  # w.2 takes no claims
+    assert f"Bearer {SECRET}" in config
+
+
+def test_the_router_counts_and_logs_what_nginx_passed_on() -> None:
+    metrics = Metrics()
+    lines = _CallLines(metrics)
+    command = ('{"tenant":"alice","uri":"/v1/sandboxes/w-1-9f3c/exec","body":"{\\"command\\": \\"exit 3\\"}",'
+               '"status":"200","exit_code":"3","seconds":"0.004"}\n')
+    claim = ('{"tenant":"bob","uri":"/v1/sandboxes","body":"{\\"warmpool\\": \\"p\\"}","status":"201",'
+             '"exit_code":"","seconds":"0.001"}\n')
+    unreadable = "not a line nginx writes\n"
+    data = (command + claim + unreadable + command).encode()
+    lines.data_received(data[:50])  # lines arrive in pieces
+    lines.data_received(data[50:])
+    assert metrics.execs._value.get() == 2 and metrics.claims._value.get() == 1
+    logged = metrics.activity.commands.tail("w-1-9f3c")
+    assert [(entry["command"], entry["exit_code"], entry["tenant"]) for entry in logged] == [("exit 3", 3, "alice")] * 2
