@@ -25,7 +25,6 @@ from rollbox.server.auth import TENANT_HEADER
 from rollbox.server.limits import too_large
 from tests.cluster.conftest import NODES, POOL, SHARES
 from tests.support.cluster import ADMINS, TOKENS, Cluster, router_health, running_cluster, wait_for
-from tests.support.servers import RL_TEMPLATE
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +33,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                          data_plane="nginx") as cluster:
         assert router_health(cluster.url)["data_plane"] == "nginx"
         yield cluster
-
-
-@pytest.fixture(scope="module")
-def client(cluster: Cluster) -> Iterator[SandboxClient]:
-    with SandboxClient(cluster.url, token=TOKENS["alice"]) as client:
-        client.apply(str(RL_TEMPLATE))
-        wait_for(lambda: client.get_warmpool(POOL).ready == sum(SHARES.values()), "the warm pool full")
-        yield client
 
 
 @pytest.fixture

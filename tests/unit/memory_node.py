@@ -83,7 +83,8 @@ class MemoryNode:
         del self.resources[("SandboxWarmPool", name)]
 
     # -- claims ------------------------------------------------------------------------------
-    async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
+    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False) -> SandboxInfo:
+        """Every claim is warm here: nothing starts."""
         if request.template == FAILING_TEMPLATE:
             raise RuntimeError("boom")
         return self._add(tenant, request.template or "t", warmpool=request.warmpool, labels=request.labels or {})
