@@ -166,9 +166,10 @@ def _read_answer(connection: socket.socket) -> tuple[bytes, bytes]:
     return head, body
 
 
-def test_warm_claims_commands_and_files_go_straight_to_the_nodes(cluster: Cluster, client: SandboxClient) -> None:
-    """With the router's own process stopped (SIGSTOP), nginx still claims warm sandboxes, runs commands and moves
-    files, for the tenant of each token; back, the router has counted and logged them as its own."""
+def test_an_episodes_calls_go_straight_to_the_nodes(cluster: Cluster, client: SandboxClient) -> None:
+    """With the router's own process stopped (SIGSTOP), nginx still claims warm sandboxes, runs commands, moves
+    files, describes a sandbox, reads its stats and deletes it, for the tenant of each token; back, the router has
+    counted and logged them as its own, and forgotten the deleted sandbox's commands."""
     router = cluster.routers[0]
     assert router.process is not None
     before = _metric(cluster, "rollbox_claims_total"), _metric(cluster, "rollbox_execs_total")
@@ -182,18 +183,24 @@ def test_warm_claims_commands_and_files_go_straight_to_the_nodes(cluster: Cluste
             assert mine.run("echo straight").stdout == "straight\n"
             mine.files.write("/tmp/straight", b"bytes")
             assert mine.files.read("/tmp/straight") == b"bytes"
+            assert mine.refresh().info.state == "running" and mine.stats().pids >= 1
+            assert theirs.run("echo gone").exit_code == 0
+            theirs.delete()
             named = httpx.post(f"{cluster.url}/v1/sandboxes", json={"warmpool": POOL}, timeout=10,
                                headers={"Authorization": f"Bearer {TOKENS['bob']}", TENANT_HEADER: "alice"})
             assert named.status_code == 201 and named.json()["tenant"] == "bob", named.text
     finally:
         os.kill(router.process.pid, signal.SIGCONT)
     wait_for(lambda: (_metric(cluster, "rollbox_claims_total"), _metric(cluster, "rollbox_execs_total")) == (
-        before[0] + 3, before[1] + 1), "the claims and the command counted by the router", 10)
+        before[0] + 3, before[1] + 2), "the claims and the commands counted by the router", 10)
     alices = {sandbox.id for sandbox in client.list_sandboxes()}
     assert mine.id in alices and theirs.id not in alices and named.json()["id"] not in alices
-    for sandbox_id, token in ((mine.id, "alice"), (theirs.id, "bob"), (named.json()["id"], "bob")):
-        with SandboxClient(cluster.url, token=TOKENS[token]) as owner:
-            owner.get_sandbox(sandbox_id).delete()
+    assert [entry["command"] for entry in _commands(cluster, mine.id)] == ["echo straight"]
+    assert _commands(cluster, theirs.id) == []
+    client.get_sandbox(mine.id).delete()
+    wait_for(lambda: _commands(cluster, mine.id) == [], "the deleted sandbox's commands forgotten", 10)
+    with SandboxClient(cluster.url, token=TOKENS["bob"]) as bob:
+        bob.get_sandbox(named.json()["id"]).delete()
 
 
 def test_a_claim_no_node_can_take_warm_is_placed_by_the_router(cluster: Cluster, client: SandboxClient) -> None:
@@ -210,6 +217,13 @@ def test_a_claim_no_node_can_take_warm_is_placed_by_the_router(cluster: Cluster,
     answer = httpx.post(f"{cluster.url}/v1/sandboxes", json={"warmpool": "no-such-pool"}, timeout=30,
                         headers={"Authorization": f"Bearer {TOKENS['alice']}"})
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found", answer.text
+
+
+def _commands(cluster: Cluster, sandbox_id: str) -> list[dict[str, object]]:
+    answer = httpx.get(f"{cluster.url}/dashboard/api/sandboxes/{sandbox_id}/commands", timeout=10,
+                       headers={"Authorization": f"Bearer {TOKENS['alice']}"})
+    assert answer.status_code == 200, answer.text
+    return answer.json()  # type: ignore[no-any-return]
 
 
 def _metric(cluster: Cluster, name: str) -> float:

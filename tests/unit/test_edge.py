@@ -77,10 +77,15 @@ def test_ids_name_their_nodes_as_the_router_reads_them() -> None:
     assert upstream("POST /v1/sandboxes/w-1-9f3c/exec") == "rollbox_node_0"
     assert upstream("GET /v1/sandboxes/w.2-9f3c/files?path=/tmp/x") == "rollbox_node_1"
     assert upstream("PUT /v1/sandboxes/w-1-9f3c/files?path=/tmp/x&mode=420") == "rollbox_node_0"
+    assert upstream("GET /v1/sandboxes/w-1-9f3c") == upstream("DELETE /v1/sandboxes/w-1-9f3c") == "rollbox_node_0"
+    assert upstream("GET /v1/sandboxes/w.2-9f3c/stats") == "rollbox_node_1"
     for elsewhere in ("POST /v1/sandboxes/wX2-9f3c/exec", "POST /v1/sandboxes/w-1-9f3c/exec/stream",
                       "GET /v1/sandboxes/w-1-9f3c/exec", "POST /v1/sandboxes/w-1-9f3c%2F..%2Fx/exec",
                       "POST /v1/sandboxes/../w-1-9f3c/exec", "DELETE /v1/sandboxes/w-1-9f3c/files?path=/x",
-                      "POST /v1/sandboxes/w-1/exec", "POST /v1/sandboxes/w-3-9f3c/exec"):
+                      "POST /v1/sandboxes/w-1/exec", "POST /v1/sandboxes/w-3-9f3c/exec",
+                      "POST /v1/sandboxes/w-1-9f3c", "GET /v1/sandboxes/w-1-9f3c/",
+                      "DELETE /v1/sandboxes/w-1-9f3c/stats", "GET /v1/sandboxes/w-1-9f3c?x=1",
+                      "POST /v1/sandboxes/w-1-9f3c/fork"):
         assert upstream(elsewhere) is None, elsewhere
     assert "upstream rollbox_claims { server 10.0.0.1:7000 max_fails=0;" in config
     assert "10.0.0.2:7000 max_fails" not in config  # w.2 takes no claims
@@ -90,9 +95,9 @@ def test_ids_name_their_nodes_as_the_router_reads_them() -> None:
 def test_the_router_counts_and_logs_what_nginx_passed_on() -> None:
     metrics = Metrics()
     lines = _CallLines(metrics)
-    command = ('{"tenant":"alice","uri":"/v1/sandboxes/w-1-9f3c/exec","body":"{\\"command\\": \\"exit 3\\"}",'
-               '"status":"200","exit_code":"3","seconds":"0.004"}\n')
-    claim = ('{"tenant":"bob","uri":"/v1/sandboxes","body":"{\\"warmpool\\": \\"p\\"}","status":"201",'
+    command = ('{"method":"POST","tenant":"alice","uri":"/v1/sandboxes/w-1-9f3c/exec",'
+               '"body":"{\\"command\\": \\"exit 3\\"}","status":"200","exit_code":"3","seconds":"0.004"}\n')
+    claim = ('{"method":"POST","tenant":"bob","uri":"/v1/sandboxes","body":"{\\"warmpool\\": \\"p\\"}","status":"201",'
              '"exit_code":"","seconds":"0.001"}\n')
     unreadable = "not a line nginx writes\n"
     data = (command + claim + unreadable + command).encode()
@@ -101,3 +106,9 @@ def test_the_router_counts_and_logs_what_nginx_passed_on() -> None:
     assert metrics.execs._value.get() == 2 and metrics.claims._value.get() == 1
     logged = metrics.activity.commands.tail("w-1-9f3c")
     assert [(entry["command"], entry["exit_code"], entry["tenant"]) for entry in logged] == [("exit 3", 3, "alice")] * 2
+    lines.data_received(b'{"method":"DELETE","tenant":"alice","uri":"/v1/sandboxes/w-1-9f3c","body":"",'
+                        b'"status":"409","exit_code":"","seconds":"0.001"}\n')
+    assert len(metrics.activity.commands.tail("w-1-9f3c")) == 2  # not deleted: still there
+    lines.data_received(b'{"method":"DELETE","tenant":"alice","uri":"/v1/sandboxes/w-1-9f3c","body":"",'
+                        b'"status":"204","exit_code":"","seconds":"0.001"}\n')
+    assert metrics.activity.commands.tail("w-1-9f3c") == [] and metrics.execs._value.get() == 2

@@ -1,5 +1,6 @@
-"""The router's edge: nginx in front of the router's routes, passing an episode's inner-loop calls (a command run, a
-file read or write) straight to the sandbox's node, and every other call to the router.
+"""The router's edge: nginx in front of the router's routes, passing an episode's calls (a warm claim, a command run,
+a file read or written, the sandbox's description, stats and deletion) straight to the nodes, and every other call
+to the router.
 
 A hop that parses HTTP in Python costs more on a command than the router may add to it (docs/cluster.md, "What a hop
 costs"); nginx forwards at the cost of copying bytes. It decides nothing the router would decide otherwise: a call
@@ -99,8 +100,9 @@ def render(routes: Routes, root: Path) -> str:
 
     - `$rollbox_tenant`: the tenant of an `Authorization: Bearer TOKEN` nginx knows (case-sensitive regular
       expressions: nginx matches plain strings in any case); empty for any other, which the router then judges;
-    - `$rollbox_node`: the node named by the id of a command run or file call (the id up to its last `-`, as the
-      router reads it), from the request's path as sent, so an encoded or dotted path never matches;
+    - `$rollbox_node`: the node named by the id of a call the router would only pass on to it (a command run, a
+      file read or written, the sandbox described, its stats, its deletion), the id up to its last `-` as the
+      router reads it, from the request's path as sent, so an encoded or dotted path never matches;
     - `$rollbox_upstream`: that node's agent when both are known, else the router;
     - `$rollbox_claim_upstream`: for a claim of a known tenant, the nodes that take claims, tried in turn for a
       ready warm sandbox (`warm_only`, server/sandboxes.py); a claim none can take warm goes to the router, which
@@ -183,6 +185,8 @@ http {{
     default "";
     "~^POST /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/exec$" $1;
     "~^(?:GET|PUT) /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/files(?:\\?[^#]*)?$" $1;
+    "~^(?:GET|DELETE) /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+$" $1;
+    "~^GET /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/stats$" $1;
   }}
   map $rollbox_node $rollbox_node_upstream {{
     default "";
@@ -200,8 +204,8 @@ http {{
     rollbox_router "";
     default $rollbox_tenant;
   }}
-  map "$request_method|$rollbox_upstream" $rollbox_command {{
-    "~^POST\\|rollbox_node_" 1;
+  map "$request_method|$rollbox_upstream" $rollbox_logged {{
+    "~^(?:POST|DELETE)\\|rollbox_node_" 1;
     default 0;
   }}
   map "$request_method|$rollbox_tenant" $rollbox_claim_upstream {{
@@ -225,8 +229,8 @@ http {{
     default 0;
   }}
   log_format rollbox_call escape=json
-    '{{"tenant":"$rollbox_tenant","uri":"$request_uri","body":"$request_body","status":"$status",'
-    '"exit_code":"$upstream_http_{exit_header}","seconds":"$upstream_response_time"}}';
+    '{{"method":"$request_method","tenant":"$rollbox_tenant","uri":"$request_uri","body":"$request_body",'
+    '"status":"$status","exit_code":"$upstream_http_{exit_header}","seconds":"$upstream_response_time"}}';
   map $http_upgrade $rollbox_connection {{
     default upgrade;
     "" "";
@@ -236,11 +240,11 @@ http {{
     listen {listen} backlog=2048;
     recursive_error_pages on;
 
-    location ~ ^/v1/sandboxes/[^/]+/(?:exec|files)$ {{
+    location ~ ^/v1/sandboxes/[^/]+(?:/(?:exec|files|stats))?$ {{
       client_max_body_size {max_body};
       error_page 413 = @too_large;
       error_page 502 504 = @unreached;
-      access_log {root}/{calls} rollbox_call if=$rollbox_command;
+      access_log {root}/{calls} rollbox_call if=$rollbox_logged;
       proxy_pass http://$rollbox_upstream;
       proxy_set_header Host $http_host;
       proxy_set_header Connection "";
@@ -405,8 +409,12 @@ class _CallLines(asyncio.Protocol):
         if path == "/v1/sandboxes":
             self.metrics.record_claim(seconds)
             return
-        body = json.loads(call["body"]) if call["body"] else {}  # a body too long for memory stayed in nginx's file
         sandbox_id = path.removeprefix("/v1/sandboxes/").partition("/")[0]
+        if call["method"] == "DELETE":  # its commands leave the log, as the router's own delete does
+            if call["status"] == "204":
+                self.metrics.activity.commands.drop(sandbox_id)
+            return
+        body = json.loads(call["body"]) if call["body"] else {}  # a body too long for memory stayed in nginx's file
         self.metrics.execs.inc()
         self.metrics.record_exec(call["tenant"], sandbox_id, body.get("command", "?"),
                                  int(call["exit_code"]) if call["exit_code"] else None, seconds)
