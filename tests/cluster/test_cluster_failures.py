@@ -102,7 +102,9 @@ def test_a_killed_node_agent_started_again_adopts_its_sandboxes(cluster: Cluster
         assert victim.refresh().info.state == "running"
         assert victim.files.read_text("before.txt") == "written before the kill\n"
         assert victim.run(f"kill -0 {sleeper.stdout.strip()} && echo alive").stdout == "alive\n"
-        assert victim.id in {sandbox.id for sandbox in client.list_sandboxes()}
+        # calls on one sandbox go straight to its node; the router lists a node's sandboxes once it has seen it back
+        wait_for(lambda: victim.id in {sandbox.id for sandbox in client.list_sandboxes()}, "the router listing it",
+                 RESTART_WAIT)
         assert other.run("echo still").stdout == "still\n"
         # back, it answers for its sandboxes at once and takes new claims once its templates are checked
         wait_for(lambda: router_health(cluster.url)["nodes"]["alpha"]["status"] == "up", "alpha serving again",
