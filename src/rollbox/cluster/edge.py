@@ -9,8 +9,8 @@ goes straight to a node only when nginx knows the caller's token exactly and the
 always does. So the router's answers stay the API's, and the edge only makes the common case faster.
 
 The router writes nginx's configuration from its tokens and its view of the nodes, and has nginx load it again
-(SIGHUP) when a node's address changes. nginx serves on the router's listening socket, which it inherits; the router
-itself listens on a loopback port of its own.
+(SIGHUP) when a node's address changes or a node starts or stops taking claims. nginx serves on the router's
+listening socket, which it inherits; the router itself listens on a loopback port of its own.
 """
 
 from __future__ import annotations
@@ -47,9 +47,8 @@ NGINX = "nginx"
 SAFE = re.compile(r"[A-Za-z0-9._~+/=:-]+")
 """Tokens and node names nginx's configuration may hold as they are; calls with others go to the router."""
 CALLS = "calls.fifo"
-"""The pipe nginx writes a line to for each command and claim it passed to a node."""
+"""The pipe nginx writes a line to for each command, claim and deletion it passed to a node."""
 PIPE_SIZE = 1 << 20
-F_SETPIPE_SZ = 1031
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
 COMMAND_WAIT = "1d"
@@ -376,7 +375,7 @@ class Edge:
         self._reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         self._keeper = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
         with contextlib.suppress(OSError):  # a bigger pipe keeps nginx from waiting on a busy router
-            fcntl.fcntl(self._reader, F_SETPIPE_SZ, PIPE_SIZE)
+            fcntl.fcntl(self._reader, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
 
     def _write(self, view: Mapping[str, NodeState]) -> None:
         nodes, claiming = targets(view)
