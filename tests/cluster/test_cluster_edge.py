@@ -20,9 +20,12 @@ import httpx
 import pytest
 
 from rollbox.client import Sandbox, SandboxClient
+from rollbox.cluster import edge
+from rollbox.cluster.view import NodeState
 from rollbox.server.app import DEFAULT_MAX_BODY
 from rollbox.server.auth import TENANT_HEADER
 from rollbox.server.limits import too_large
+from rollbox.server.listen import listen_tcp
 from tests.cluster.conftest import NODES, POOL, SHARES
 from tests.support.cluster import ADMINS, TOKENS, Cluster, router_health, running_cluster, wait_for
 
@@ -229,3 +232,24 @@ def _commands(cluster: Cluster, sandbox_id: str) -> list[dict[str, object]]:
 def _metric(cluster: Cluster, name: str) -> float:
     text = httpx.get(f"{cluster.url}/metrics", timeout=10).text
     return float(next(line.split()[1] for line in text.splitlines() if line.startswith(f"{name} ")))
+
+
+def test_nginx_stops_with_the_router_even_while_it_reloads() -> None:
+    """A reload opens nginx's pipe again, and that open waits for a reader with nginx's signals held: the router
+    keeps reading until nginx is gone, so a stop right after a reload leaves nothing behind."""
+    nginx = edge.available()
+    assert nginx is not None, "the test set-up installs nginx"
+    for _ in range(5):
+        with listen_tcp("127.0.0.1", 0) as listener:
+            port = listener.getsockname()[1]
+            front = edge.Edge(listener, "127.0.0.1:9", "s" * 32, TOKENS, 1024, nginx)
+            front.start({"alpha": NodeState("alpha", "http://127.0.0.1:9", "up", 0.0)})
+            assert front._process is not None
+            nginx_processes = [front._process.pid, *_children(front._process.pid)]
+            assert front.update({"alpha": NodeState("alpha", "http://127.0.0.1:9", "joining", 0.0)})
+            started = time.monotonic()
+            front.close()
+            assert time.monotonic() - started < edge.STOP_TIMEOUT, "nginx had to be killed"
+            assert not [pid for pid in nginx_processes if Path(f"/proc/{pid}").exists()]
+        with socket.create_server(("127.0.0.1", port)):  # the port is free again
+            pass

@@ -320,7 +320,7 @@ class Edge:
         self._process = subprocess.Popen(
             [self._executable, "-c", str(self._config), "-e", str(self.root / "error.log")],
             env={**os.environ, "NGINX": f"{fd};"}, pass_fds=(fd,), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT
         while not (self.root / "nginx.pid").exists():
             if self._process.poll() is not None or time.monotonic() > deadline:
@@ -342,24 +342,26 @@ class Edge:
         """Counts and logs each command and claim nginx passed to a node, as the router's routes do theirs, until
         cancelled."""
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.connect_read_pipe(lambda: _CallLines(metrics), os.fdopen(self._reader, "rb"))
-        self._reader = -1  # the transport owns it now
+        # the transport reads, and closes, a copy: the pipe keeps a reader of its own until nginx is gone
+        transport, _ = await loop.connect_read_pipe(lambda: _CallLines(metrics), os.fdopen(os.dup(self._reader), "rb"))
         try:
             await asyncio.Future()
         finally:
             transport.close()
 
     def close(self) -> None:
-        for fd in (self._reader, self._keeper):
-            if fd >= 0:
-                os.close(fd)
+        """Stops nginx, then closes the pipe: nginx opens the pipe again when it loads its configuration, and that
+        open waits, with nginx's signals held, until someone reads it."""
         if self._process is not None:
             self._process.send_signal(signal.SIGQUIT)  # finish the calls under way
             try:
                 self._process.wait(STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
-                self._process.kill()
+                os.killpg(self._process.pid, signal.SIGKILL)  # its workers too
                 self._process.wait()
+        for fd in (self._reader, self._keeper):
+            if fd >= 0:
+                os.close(fd)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def errors(self) -> str:
