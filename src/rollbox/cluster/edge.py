@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rollbox.cluster.view import NodeState
-from rollbox.errors import ConnectionFailed, NodeUnavailable
+from rollbox.errors import ConnectionFailed, NodeUnavailable, RollboxError
 from rollbox.models import ErrorBody
 from rollbox.server.auth import OPEN_TENANT, TENANT_HEADER
 from rollbox.server.limits import too_large
@@ -118,19 +118,17 @@ def render(routes: Routes, root: Path) -> str:
         servers = " ".join(f"server {routes.nodes[name]} max_fails=0;" for name in routes.claiming)
         upstreams.append(f"  upstream rollbox_claims {{ {servers} {_KEEPALIVE} }}")  # in turn, as the router spreads
         claim_map = '    "~^POST\\|." rollbox_claims;'
-    limit = too_large(routes.max_body)
     return _CONFIG.format(
         root=root, listen=routes.listen, router=routes.router, keepalive=_KEEPALIVE, upstreams="\n".join(upstreams),
         tenants=tenants, open_default=OPEN_TENANT if not routes.tokens else '""', secret=routes.secret,
         node_map="\n".join(f'    "~^{_regex(name)}$" rollbox_node_{index};' for index, name in enumerate(names)),
         claim_map=claim_map, warm_only=f"/v1/sandboxes?{WARM_ONLY.name}=true", tenant_header=TENANT_HEADER,
         wait=COMMAND_WAIT, connect=CONNECT_TIMEOUT, max_body=routes.max_body,
-        too_large=_json(limit.status, limit.code, str(limit)),
-        dropped=_json(NodeUnavailable.status, NodeUnavailable.code,
-                      "node $rollbox_node stopped answering during the call: the sandbox's state is unknown; check "
-                      "it, or try again"),
-        gone=_json(ConnectionFailed.status, ConnectionFailed.code,
-                   "the router behind nginx does not answer: it is stopping or starting; try again shortly"),
+        too_large=_json(too_large(routes.max_body)),
+        dropped=_json(NodeUnavailable("node $rollbox_node stopped answering during the call: the sandbox's state is "
+                                      "unknown; check it, or try again")),
+        gone=_json(ConnectionFailed("the router behind nginx does not answer: it is stopping or starting; try again "
+                                    "shortly")),
         exit_header=EXIT_CODE_HEADER.replace("-", "_"), calls=CALLS)
 
 
@@ -139,10 +137,10 @@ def _regex(text: str) -> str:
     return re.sub(r"([.+])", r"\\\1", text)
 
 
-def _json(status: int, code: str, message: str) -> str:
-    """An nginx `return` of the API's error body (in a location whose default_type is JSON)."""
-    body = ErrorBody.of(code, message).model_dump_json().replace("\\", "\\\\").replace("'", "\\'")
-    return f"return {status} '{body}';"
+def _json(error: RollboxError) -> str:
+    """An nginx `return` of the API's answer to `error` (in a location whose default_type is JSON)."""
+    body = ErrorBody.of(error.code, str(error)).model_dump_json().replace("\\", "\\\\").replace("'", "\\'")
+    return f"return {error.status} '{body}';"
 
 
 _KEEPALIVE = "keepalive 256; keepalive_requests 1000000000; keepalive_timeout 60s;"
@@ -315,7 +313,7 @@ class Edge:
 
     def start(self, view: Mapping[str, NodeState]) -> None:
         self._open_calls()
-        self._write(view)
+        self._write(*targets(view))
         fd = self._listener.fileno()
         self._process = subprocess.Popen(
             [self._executable, "-c", str(self._config), "-e", str(self.root / "error.log")],
@@ -329,9 +327,10 @@ class Edge:
 
     def update(self, view: Mapping[str, NodeState]) -> bool:
         """Loads the configuration again if the nodes' addresses, or those taking claims, changed; whether they did."""
-        if self._process is None or targets(view) == (self._routes.nodes, self._routes.claiming):
+        found = targets(view)
+        if self._process is None or found == (self._routes.nodes, self._routes.claiming):
             return False
-        self._write(view)
+        self._write(*found)
         self._process.send_signal(signal.SIGHUP)  # new workers take new calls; the old ones finish theirs
         log.info("edge: nodes now %s; taking claims: %s", ", ".join(
             f"{name} at {address}" for name, address in sorted(self._routes.nodes.items())),
@@ -379,8 +378,7 @@ class Edge:
         with contextlib.suppress(OSError):  # a bigger pipe keeps nginx from waiting on a busy router
             fcntl.fcntl(self._reader, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
 
-    def _write(self, view: Mapping[str, NodeState]) -> None:
-        nodes, claiming = targets(view)
+    def _write(self, nodes: dict[str, str], claiming: tuple[str, ...]) -> None:
         self._routes = replace(self._routes, nodes=nodes, claiming=claiming)
         written = self.root / "nginx.conf.new"
         written.touch(mode=0o600)

@@ -62,7 +62,7 @@ it), before it answers 503."""
 
 class ClusterNode:
     def __init__(self, members: Members, secret: str, *, node_capacity: int = 64, release_idle: bool = False,
-                 tick: float | None = None) -> None:
+                 tick: float | None = None, data_plane: str = "python") -> None:
         self._secret = secret
         self._remotes: dict[str, RemoteNode] = {}
         options = {} if tick is None else {"tick": tick}
@@ -72,7 +72,7 @@ class ClusterNode:
         """Ready warm sandboxes per (node, pool), as last reported, less the claims sent there since."""
         self._reported: dict[str, NodeState] | None = None
         self._volumes = ClusterVolumes(self._remote, self._answering)
-        self.data_plane = "python"
+        self.data_plane = data_plane
         """Who forwards commands and file calls to their nodes: "nginx" in front of the router, or the router
         itself (cluster/serve.py)."""
 

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Literal
 
 import uvloop
-from starlette.types import ASGIApp
 
 from rollbox import tracing
 from rollbox._signals import exit_on_sigterm
@@ -20,8 +19,8 @@ from rollbox.cluster.router import ClusterNode
 from rollbox.cluster.watcher import TICK, Members
 from rollbox.errors import InvalidRequest
 from rollbox.server import create_app
-from rollbox.server.app import DEFAULT_MAX_BODY, Failure
-from rollbox.server.auth import ClusterSecret, Tenants
+from rollbox.server.app import DEFAULT_MAX_BODY
+from rollbox.server.auth import Tenants
 from rollbox.server.listen import listen_tcp, server
 from rollbox.server.metrics import Metrics
 from rollbox.server.serve import refuse_open
@@ -44,21 +43,17 @@ def serve_router(members: Members, secret: str, *, host: str = "127.0.0.1", port
     Tenants(tokens, admins)
     nginx = _nginx(data_plane, secret)
     exit_on_sigterm()
-    cluster = ClusterNode(members, secret, node_capacity=node_capacity, release_idle=release_idle)
-    cluster.data_plane = "nginx" if nginx else "python"
-    forwarding: list[Forwarding] = []
-
-    def front(routes: ASGIApp, metrics: Metrics, tenants: Tenants | ClusterSecret, fail: Failure) -> ASGIApp:
-        forwarding.append(Forwarding(routes, cluster, tenants, metrics, fail))
-        return forwarding[0]
-
-    app = create_app(cluster, tokens, admins=admins, front=front)
+    cluster = ClusterNode(members, secret, node_capacity=node_capacity, release_idle=release_idle,
+                          data_plane="nginx" if nginx else "python")
+    metrics = Metrics()  # the edge's calls are counted with the routes' own
+    app = create_app(cluster, tokens, admins=admins, metrics=metrics,
+                     front=lambda routes, _, tenants, fail: Forwarding(routes, cluster, tenants, metrics, fail))
     listener = listener or listen_tcp(host, port)
 
     async def run() -> None:
         await cluster.start()
         try:
-            async with _edge(nginx, listener, cluster, secret, tokens, forwarding[0]) as serving:
+            async with _edge(nginx, listener, cluster, secret, tokens, metrics) as serving:
                 await server(app, log_level).serve(sockets=[serving])
         finally:
             await cluster.close()
@@ -85,7 +80,7 @@ def _nginx(data_plane: DataPlane, secret: str) -> str | None:
 
 @contextlib.asynccontextmanager
 async def _edge(nginx: str | None, listener: sockets.socket, cluster: ClusterNode, secret: str,
-                tokens: dict[str, str] | None, forwarding: Forwarding) -> AsyncIterator[sockets.socket]:
+                tokens: dict[str, str] | None, metrics: Metrics) -> AsyncIterator[sockets.socket]:
     """The socket the router's routes serve on: `listener`, or with nginx a loopback port of their own behind it,
     nginx's nodes kept in line with the router's view meanwhile, and the commands and claims it passes to them
     counted and logged as the router's own."""
@@ -98,7 +93,7 @@ async def _edge(nginx: str | None, listener: sockets.socket, cluster: ClusterNod
         try:
             front.start(cluster.watcher.view)
             following = [asyncio.create_task(_follow(front, cluster)),
-                         asyncio.create_task(front.follow_calls(forwarding.metrics))]
+                         asyncio.create_task(front.follow_calls(metrics))]
             try:
                 yield routes
             finally:
@@ -111,10 +106,14 @@ async def _edge(nginx: str | None, listener: sockets.socket, cluster: ClusterNod
 
 
 async def _follow(front: edge.Edge, cluster: ClusterNode) -> None:
-    """Gives nginx the nodes' addresses as the router's view changes."""
+    """Gives nginx the nodes' addresses as the router's view changes (the watcher replaces it whole)."""
+    seen = None
     while True:
-        try:
-            front.update(cluster.watcher.view)
-        except Exception:
-            log.exception("updating nginx's nodes failed; trying again")
+        view = cluster.watcher.view
+        if view is not seen:
+            try:
+                front.update(view)
+                seen = view
+            except Exception:
+                log.exception("updating nginx's nodes failed; trying again")
         await asyncio.sleep(TICK)

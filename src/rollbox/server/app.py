@@ -38,12 +38,12 @@ as the routes do (a router's forwarding)."""
 
 def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iterable[str] = (),
                max_body: int = DEFAULT_MAX_BODY, cluster_secret: str | None = None,
-               front: Front | None = None) -> ASGIApp:
+               front: Front | None = None, metrics: Metrics | None = None) -> ASGIApp:
     """The HTTP API of docs/api.md over `node`; `tokens` maps tenants to bearer tokens (None: open), and
     `admins` names the tenants that may change templates and warm pools. With `cluster_secret` it is a node
     agent's API instead: only routers holding the secret may call, each call acting for a tenant it names.
-    `front` wraps the routes, inside the body limit."""
-    metrics = Metrics()
+    `front` wraps the routes, inside the body limit. `metrics`: the caller's, to count what it serves besides."""
+    metrics = Metrics() if metrics is None else metrics
     routes = Routes(ClusterSecret(cluster_secret) if cluster_secret is not None else Tenants(tokens, admins))
     sandboxes.add_routes(routes, node, metrics)
     processes.add_routes(routes, node)
