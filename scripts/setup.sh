@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what rollbox needs on a Debian machine, once: OCI runtimes (runc, gVisor's runsc), image
 # tools, nftables for egress allowlists, a C compiler for the exec agent, nginx for a cluster router's edge
-# (docs/cluster.md), and a virtualenv with rollbox in it (python3-venv, for a Debian python3). Fast when already done.
+# (docs/cluster.md), a registry and htpasswd for the image tests (docs/images.md), and a virtualenv with rollbox
+# in it (python3-venv, for a Debian python3). Fast when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,7 +11,8 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-packages=(runc runsc umoci skopeo debootstrap gcc libc6-dev iproute2 nftables busybox-static python3-venv chromium nginx-light)
+packages=(runc runsc umoci skopeo debootstrap gcc libc6-dev iproute2 nftables busybox-static python3-venv chromium nginx-light
+          docker-registry apache2-utils)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -21,6 +21,7 @@ rollbox's own (a proxy's 502).
     │   ├── SnapshotNotFound (404 snapshot_not_found)
     │   ├── VolumeNotFound (404 volume_not_found)
     │   ├── FileNotFound (404 file_not_found)
+    │   ├── ImageNotFound (404 image_not_found)        no such image, or the tenant's credentials cannot read it
     │   └── ProcessNotFound (404 process_not_found)    no such background process in the sandbox
     ├── Conflict (409 conflict)
     │   ├── SandboxNotRunning (409 sandbox_not_running)
@@ -29,6 +30,8 @@ rollbox's own (a proxy's 502).
     ├── TooLarge (413 too_large)
     ├── CapacityExceeded (429 capacity_exceeded)
     ├── BuildFailed (422 build_failed)                 a template step failed
+    ├── ImageRefused (422 image_refused)               an image whose bytes do not match its digests, or too large
+    ├── ImagePullFailed (502 image_pull_failed)        the registry did not answer, after retries
     ├── TaskSetupFailed (422 task_setup_failed)        an RL task's own setup failed
     ├── RuntimeUnavailable (503 runtime_unavailable)
     ├── NodeUnavailable (503 node_unavailable)         a node agent that does not answer (yet)
@@ -46,6 +49,9 @@ __all__ = [
     "EditFailed",
     "FileNotFound",
     "Forbidden",
+    "ImageNotFound",
+    "ImagePullFailed",
+    "ImageRefused",
     "InvalidAction",
     "InvalidPath",
     "InvalidRequest",
@@ -198,6 +204,26 @@ class BuildFailed(RollboxError):
         super().__init__(message)
         self.exit_code = exit_code
         self.output = output
+
+
+class ImageNotFound(NotFound):
+    """No such image, or the caller's credentials cannot read it: the two are not told apart, as registries do."""
+
+    code = "image_not_found"
+
+
+class ImageRefused(RollboxError):
+    """An image whose bytes do not match the digests that name them, or past a size cap: nothing of it is kept."""
+
+    code = "image_refused"
+    status = 422
+
+
+class ImagePullFailed(RollboxError):
+    """The registry did not answer, or broke off, after retries with backoff: worth trying again later."""
+
+    code = "image_pull_failed"
+    status = 502
 
 
 class TaskSetupFailed(RollboxError):

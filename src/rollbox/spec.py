@@ -282,10 +282,12 @@ class TemplateSpec(Model):
     @field_validator("base")
     @classmethod
     def _known_base(cls, base: str) -> str:
-        if base == "host" or base.split(":", 1)[0] in ("debian", "oci", "oci-archive", "docker-archive"):
+        if base == "host" or base.split(":", 1)[0] in ("debian", "oci", "oci-archive", "docker-archive", "docker"):
             return base
-        raise ValueError("base must be 'host', 'debian:<suite>', 'oci:<dir>[:tag]', "
-                         "'oci-archive:<file>' or 'docker-archive:<file>'")
+        if "/" in base.split("@", 1)[0]:
+            return f"docker://{base}"  # a registry image named without its scheme
+        raise ValueError("base must be 'host', 'debian:<suite>', 'docker://<registry>/<repository>:<tag>' (or "
+                         "@sha256:<digest>), 'oci:<dir>[:tag]', 'oci-archive:<file>' or 'docker-archive:<file>'")
 
 
 class SandboxTemplate(Model):

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from rollbox.engine import Engine, bases
-from rollbox.engine.layers import LayerStore
-from rollbox.errors import BuildFailed, InvalidResource
+from rollbox.engine.builder import image_settings
+from rollbox.errors import ImageRefused, InvalidResource
 from rollbox.spec import SandboxTemplate
 from tests.support.engines import make_engine, teardown_engine
 
@@ -97,23 +97,23 @@ def test_oci_base_runs_commands_as_the_sandbox_user(engine: Engine, images: dict
 def test_same_image_in_another_form_is_not_unpacked_again(engine: Engine, images: dict[str, str]) -> None:
     built = [engine.build(_template(f"again-{form}", images[form], "true")) for form in OCI_FORMS]
     base_layers = {image.layers[-1] for image in built}
-    assert len(base_layers) == 1 and base_layers.pop().startswith("oci-")
+    assert len(base_layers) == 1 and base_layers.pop().startswith("layer-")
 
 
-def test_oci_base_takes_settings_from_the_image_config(tmp_path: Path, images: dict[str, str]) -> None:
-    store = LayerStore(tmp_path)
+def test_oci_base_takes_settings_from_the_image_config(engine: Engine, images: dict[str, str]) -> None:
     messages: list[str] = []
-    image = bases.oci_base(store, "oci", images["as-1000"].removeprefix("oci:"), messages.append)
-    assert image.user == "1000:1000"
-    assert image.env == {"GREETING": "hello"}
-    assert image.workdir == "/work"
-    assert not image.host_binds
-    root = store.path(image.layers[0])
-    assert (root / "bin" / "busybox").is_file() and (root / "work").is_dir()
-    assert any("unpacking" in message for message in messages)
+    pulled = engine.images.local("oci", images["as-1000"].removeprefix("oci:"), messages.append)
+    settings = image_settings(pulled.settings)
+    assert settings["user"] == "1000:1000"
+    assert settings["env"] == {"GREETING": "hello"}
+    assert settings["workdir"] == "/work"
+    assert (engine.layers.path(pulled.layers[0]) / "bin" / "busybox").is_file()
     messages.clear()
-    assert bases.oci_base(store, "oci", images["oci"].removeprefix("oci:"), messages.append).user == "0"
-    assert not messages, "the same layers, retagged with other settings, were unpacked twice"
+    again = engine.images.local("oci", images["oci"].removeprefix("oci:"), messages.append)
+    assert image_settings(again.settings)["user"] == "0"
+    assert again.layers == pulled.layers
+    assert not any("to fetch" in message and "0 to fetch" not in message for message in messages), \
+        "the same layers, retagged with other settings, were unpacked twice"
 
 
 @pytest.mark.parametrize(("base", "message"), [
@@ -140,7 +140,7 @@ def test_broken_image_fails_the_build_and_leaves_no_half_made_layer(engine: Engi
     blobs = sorted((layout / "blobs" / "sha256").iterdir(), key=lambda blob: blob.stat().st_size)
     blobs[-1].write_bytes(b"not the layer the manifest names\n")
     before = engine.layers.all_ids()
-    with pytest.raises(BuildFailed, match=r"unpacking oci:.*broken:base failed"):
+    with pytest.raises(ImageRefused, match=r"hash to .*refused"):
         engine.build(_template("broken", f"oci:{layout}:base", "true"))
     assert engine.layers.all_ids() == before
     assert not list(engine.layers.layers.glob(".partial-*"))

@@ -21,6 +21,9 @@ from pathlib import Path
 from rollbox.engine import accounts, bases, mounts
 from rollbox.engine.cgroups import Cgroups
 from rollbox.engine.hostbase import host_base_layer, host_binds
+from rollbox.engine.images import reference
+from rollbox.engine.images.registry import Credentials
+from rollbox.engine.images.store import ImageStore, PulledImage
 from rollbox.engine.layers import LayerStore, remove_tree
 from rollbox.engine.oci import Bind, ContainerConfig, container_spec
 from rollbox.engine.runtimes import Runtime
@@ -34,18 +37,21 @@ STEP_TIMEOUT = 1800.0
 
 
 class Builder:
-    def __init__(self, layers: LayerStore, runtime: Runtime, work_dir: Path, cgroups: Cgroups) -> None:
+    def __init__(self, layers: LayerStore, runtime: Runtime, work_dir: Path, cgroups: Cgroups, images: ImageStore
+                 ) -> None:
         self.layers = layers
+        self.images = images
         self.runtime = runtime
         self.work_dir = work_dir
         self.cgroups = cgroups
         work_dir.mkdir(parents=True, exist_ok=True)
 
-    def build(self, template: SandboxTemplate, progress: Progress | None = None) -> Image:
+    def build(self, template: SandboxTemplate, progress: Progress | None = None,
+              credentials: Credentials | None = None) -> Image:
         say = progress or (lambda _: None)
         spec = template.spec
         say(f"base {spec.base}")
-        image = self._base(spec.base, say)
+        image = self._base(spec.base, say, credentials or {})
         key = hashlib.sha256(json.dumps(image.layers).encode()).hexdigest()
         final_user = spec.user
         for number, step in enumerate(spec.steps, 1):
@@ -74,13 +80,17 @@ class Builder:
         self._ensure_account(image, final_user, key)
         return image
 
-    def _base(self, base: str, say: Progress) -> Image:
+    def _base(self, base: str, say: Progress, credentials: Credentials) -> Image:
         if base == "host":
             return Image(layers=[host_base_layer(self.layers)], env={}, user="root", host_binds=True)
+        if reference.is_image(base):
+            return _from_image(self.images.pull(base, credentials, say))
         kind, _, ref = base.partition(":")
         if kind == "debian":
             return bases.debian_base(self.layers, ref, say)
-        return bases.oci_base(self.layers, kind, ref, say)
+        if kind in bases.OCI_KINDS:
+            return _from_image(self.images.local(kind, ref, say))
+        raise InvalidResource(f"unknown base {base!r}: use {bases.BASE_FORMS}")
 
     def _layer(self, image: Image, layer_id: str, fill: Callable[[Path], None]) -> None:
         if not self.layers.exists(layer_id):
@@ -199,6 +209,18 @@ class Builder:
             self._make_dirs(image, root, "/home/user", "1000:1000")
 
         self._layer(image, layer_id, fill)
+
+
+def image_settings(settings: dict[str, object]) -> dict[str, object]:
+    """What an image's config says of how its processes run; an image that names no user runs as root (by uid:
+    scratch-like images have no /etc/passwd)."""
+    env = dict(str(item).partition("=")[::2] for item in settings.get("Env") or [])  # type: ignore[attr-defined]
+    return {"env": env, "workdir": settings.get("WorkingDir") or None, "user": settings.get("User") or "0",
+            "host_binds": False}
+
+
+def _from_image(pulled: PulledImage) -> Image:
+    return Image(layers=list(pulled.layers), **image_settings(pulled.settings))  # type: ignore[arg-type]
 
 
 def _chain(key: str, value: object) -> str:

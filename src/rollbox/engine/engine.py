@@ -28,6 +28,8 @@ from rollbox.engine.commands import agent_request
 from rollbox.engine.container import Container, ContainerInfo
 from rollbox.engine.expiry import Reaper
 from rollbox.engine.files import ContainerFiles
+from rollbox.engine.images.registry import Credentials, RegistrySettings
+from rollbox.engine.images.store import ImageStore
 from rollbox.engine.launcher import Launcher
 from rollbox.engine.layers import UPPER_PREFIX, LayerStore
 from rollbox.engine.live import Live
@@ -56,8 +58,8 @@ class Engine:
     """
 
     def __init__(self, data_dir: str | Path = DEFAULT_DATA_DIR, *, run_dir: str | Path | None = None,
-                 recover: bool = True, network_pool: str | None = None, checkpoint_budget: int | None = None
-                 ) -> None:
+                 recover: bool = True, network_pool: str | None = None, checkpoint_budget: int | None = None,
+                 registries: RegistrySettings | None = None, image_budget: int | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # Image layers may hold setuid files and device nodes: no host user but root may reach them.
@@ -71,7 +73,9 @@ class Engine:
         self.networks = Networks(self.id, self.run_dir, network_pool)
         self.launcher = Launcher(self.data_dir, self.run_dir, self.layers, self.cgroups, self.networks,
                                  agent_binary(self.data_dir / "bin"), compat_library(self.data_dir / "bin"))
-        self.builder = Builder(self.layers, self.runtime("runc"), self.data_dir / "build", self.cgroups)
+        self.images = ImageStore(self.layers, self.data_dir / "images", self.data_dir / "build",
+                                 registries or RegistrySettings(), self._held_layers, image_budget)
+        self.builder = Builder(self.layers, self.runtime("runc"), self.data_dir / "build", self.cgroups, self.images)
         self._templates = Templates(self.store, self.builder, self.runtime)
         self.volumes = volumes.Volumes(self.data_dir)
         self.checkpoints = Checkpoints(self.data_dir, self.launcher, checkpoint_budget)
@@ -89,9 +93,16 @@ class Engine:
     def runtime(self, name: str) -> Runtime:
         return self.launcher.runtime(name)
 
-    def build(self, template: SandboxTemplate, progress: Progress | None = None) -> Image:
-        """Builds a template (cached by content) and records it under its name."""
-        return self._templates.build(template, progress)
+    def build(self, template: SandboxTemplate, progress: Progress | None = None,
+              credentials: Credentials | None = None) -> Image:
+        """Builds a template (cached by content) and records it under its name; `credentials` read its base image."""
+        return self._templates.build(template, progress, credentials)
+
+    def image_template(self, reference: str, credentials: Credentials | None = None, progress: Progress | None = None,
+                       runtime: str = "runc") -> str:
+        """The template that starts the registry image `reference` as it is (pulled first if need be): made once
+        per image digest and runtime, and only for credentials the registry lets read the image."""
+        return self._templates.from_image(self.images.pull(reference, credentials, progress), runtime)
 
     def template(self, name: str) -> SandboxTemplate:
         return self._templates.get(name)
@@ -458,6 +469,10 @@ class Engine:
         if any(record.expires_at for record in self._records.values()):
             self._reaper.ensure()
 
+    def _held_layers(self) -> set[str]:
+        """The image layers something besides an image holds: a template of the user's, a snapshot, a container."""
+        return self.store.referenced_layers(skip_templates=self._templates.from_images())
+
     def collect_layers(self) -> None:
         """Removes container-made layers (frozen uppers) that no container or snapshot uses any more."""
         with self._lock:
@@ -500,6 +515,7 @@ class Engine:
         leaves nothing on the machine outside its data directory."""
         self._reaper.stop()
         self.store.close()
+        self.images.close()
         if not self._records:
             self.volumes.unmount_all()
             self.cgroups.prune()

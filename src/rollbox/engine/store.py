@@ -174,11 +174,13 @@ class Store(Database):
             used |= {record.checkpoint, record.image.checkpoint, record.baseline.checkpoint}
         return {image_id for image_id in used if image_id}
 
-    def referenced_layers(self) -> set[str]:
-        """Every layer some template, snapshot or container still needs (uppers included)."""
+    def referenced_layers(self, skip_templates: frozenset[str] = frozenset()) -> set[str]:
+        """Every layer some template (but those in `skip_templates`), snapshot or container still needs (uppers
+        included)."""
         used: set[str] = set()
-        for _, _, image, _ in self.templates():
-            used.update(image.layers)
+        for name, _, image, _ in self.templates():
+            if name not in skip_templates:
+                used.update(image.layers)
         for _, _, image, _, _ in self.snapshots():
             used.update(image.layers)
         for record in self.containers():

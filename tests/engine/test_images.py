@@ -1,0 +1,173 @@
+"""Registry images in real sandboxes: pulled through skopeo from a real registry on loopback (with basic auth),
+unpacked layer by layer into the one layer store, started under runc.
+
+The images are made here (tests.support.registry): a busybox base, and layers with whiteouts and opaque
+directories on top of it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rollbox.engine import Engine
+from rollbox.engine.images.flatten import MAX_IMAGE_LAYERS
+from rollbox.engine.images.registry import RegistrySettings
+from rollbox.errors import ImageNotFound, ImageRefused
+from rollbox.spec import SandboxTemplate
+from tests.support.engines import RUN_ROOT, teardown_engine
+from tests.support.registry import (
+    BUSYBOX,
+    CuttingProxy,
+    ImageMaker,
+    Registry,
+    busybox_layer,
+    make_layer,
+    running_registry,
+)
+
+USERS = {"alice": "wonderland"}
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    if not BUSYBOX.is_file() or shutil.which("docker-registry") is None:
+        pytest.skip("needs busybox-static and docker-registry (scripts/setup.sh installs them)")
+    with running_registry(tmp_path_factory.mktemp("registry"), USERS) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def images(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """References of the pushed images: a base, an app on it (a whiteout and an opaque /etc), a second app sharing
+    the base, and a big one for the transport tests."""
+    maker = ImageMaker(tmp_path_factory.mktemp("images"))
+    base = busybox_layer()
+    lower = make_layer({"etc/motd": "lower", "etc/keep": "lower", "var/gone": "soon", "opt/old/file": "old\n"})
+    app = make_layer({"app/main.sh": "echo app\n", "var/.wh.gone": b"", "etc/.wh..wh..opq": b"",
+                      "etc/passwd": "root:x:0:0::/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
+                      "etc/group": "root:x:0:\nuser:x:1000:\n", "etc/motd": "upper\n"})
+    maker.image("base", [base])
+    maker.image("app", [base, lower, app], env={"PATH": "/bin", "GREETING": "hi"}, workdir="/app")
+    maker.image("other", [base, make_layer({"other": "yes"})], user="1000")
+    maker.image("big", [base, make_layer({"blob": os.urandom(2 * 2**20)})])
+    return {tag: registry.push(maker, tag, f"swe/{tag}", as_tag="1") for tag in ("base", "app", "other", "big")}
+
+
+@pytest.fixture(scope="module")
+def engine(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    engine = Engine(tmp_path_factory.mktemp("images-engine") / "data", run_dir=RUN_ROOT / f"test-img-{os.getpid()}",
+                    registries=RegistrySettings(insecure=frozenset({registry.host})))
+    yield engine
+    teardown_engine(engine)
+
+
+@pytest.fixture
+def alice(registry: Registry) -> dict[str, tuple[str, str]]:
+    return {registry.host: ("alice", USERS["alice"])}
+
+
+def _template(name: str, base: str) -> SandboxTemplate:
+    return SandboxTemplate.model_validate({"metadata": {"name": name}, "spec": {"base": base, "user": "root"}})
+
+
+def test_image_runs_with_its_whiteouts_opaque_directories_and_settings(engine: Engine, images: dict[str, str],
+                                                                       alice: dict[str, tuple[str, str]]) -> None:
+    lines: list[str] = []
+    engine.build(_template("app", f"docker://{images['app']}"), lines.append, alice)
+    assert any("3 layers, 3 to fetch" in line for line in lines), lines
+    with engine.create("app") as box:
+        result = box.exec("pwd; echo $GREETING; cat /etc/motd; ls /etc; test -e /var/gone || echo gone; "
+                          "cat /opt/old/file; sh main.sh")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.split() == ["/app", "hi", "upper", "group", "motd", "passwd", "gone", "old", "app"]
+
+
+def test_images_share_layers_and_a_second_pull_moves_nothing(engine: Engine, images: dict[str, str],
+                                                             alice: dict[str, tuple[str, str]]) -> None:
+    first = engine.images.pull(images["base"], alice)
+    lines: list[str] = []
+    other = engine.images.pull(images["other"], alice, lines.append)
+    assert other.layers[-1] == first.layers[-1], "the shared base was unpacked twice"
+    assert any("2 layers, 1 to fetch" in line for line in lines), lines
+    lines.clear()
+    again = engine.images.pull(images["other"], alice, lines.append)
+    assert again == other and lines == [], "a cached image went back to the registry for layers"
+
+
+def test_an_image_starts_as_its_own_user_from_a_claim_template(engine: Engine, images: dict[str, str],
+                                                               alice: dict[str, tuple[str, str]]) -> None:
+    name = engine.image_template(images["other"], alice)
+    assert engine.image_template(images["other"], alice) == name
+    with engine.create(name) as box:
+        result = box.exec("id -u; cat /other")
+    assert result.stdout.split() == ["1000", "yes"]
+
+
+def test_private_image_needs_credentials_even_when_cached(engine: Engine, images: dict[str, str],
+                                                          alice: dict[str, tuple[str, str]]) -> None:
+    engine.images.pull(images["app"], alice)
+    with pytest.raises(ImageNotFound, match="credentials"):
+        engine.images.pull(images["app"])
+    with pytest.raises(ImageNotFound):
+        engine.image_template(images["app"], {images["app"].split("/")[0]: ("alice", "wrong")})
+
+
+def test_tampered_blob_is_refused_and_leaves_nothing(engine: Engine, registry: Registry, images: dict[str, str],
+                                                     alice: dict[str, tuple[str, str]], tmp_path: Path) -> None:
+    maker = ImageMaker(tmp_path)
+    layer = make_layer({"payload": os.urandom(256 * 1024)})
+    maker.image("tampered", [busybox_layer(), layer])
+    reference = registry.push(maker, "tampered", "swe/tampered", as_tag="1")
+    blob = registry.blob_file(layer.digest)
+    original = blob.read_bytes()
+    broken = bytearray(original)
+    broken[len(broken) // 2] ^= 0xFF
+    blob.write_bytes(bytes(broken))
+    before = engine.layers.all_ids()
+    try:
+        with pytest.raises(ImageRefused, match="hash to"):
+            engine.images.pull(reference, alice)
+        assert engine.layers.all_ids() == before
+        assert not list(engine.layers.layers.glob(".partial-*"))
+        assert not any(engine.data_dir.joinpath("build").iterdir())
+    finally:
+        blob.write_bytes(original)
+    assert engine.images.pull(reference, alice).digest == engine.images.get(reference).digest
+
+
+def test_connection_cut_mid_blob_is_retried(engine: Engine, registry: Registry, images: dict[str, str],
+                                            tmp_path: Path) -> None:
+    proxy = CuttingProxy(registry.host, cuts=1, after=64 * 1024).start()
+    try:
+        behind = Engine(tmp_path / "data", run_dir=RUN_ROOT / f"test-cut-{os.getpid()}",
+                        registries=RegistrySettings(insecure=frozenset({proxy.host})))
+        try:
+            pulled = behind.images.pull(images["big"].replace(registry.host, proxy.host),
+                                        {proxy.host: ("alice", USERS["alice"])})
+            assert len(pulled.layers) == 2
+        finally:
+            teardown_engine(behind)
+    finally:
+        proxy.stop()
+    assert proxy.blob_requests >= 3, "the cut download was not tried again"
+
+
+def test_deep_image_is_merged_below_overlay_limits(engine: Engine, registry: Registry,
+                                                   alice: dict[str, tuple[str, str]], tmp_path: Path) -> None:
+    maker = ImageMaker(tmp_path)
+    layers = [busybox_layer(), make_layer({"deep/gone": "x", "deep/dir/old": "x"})]
+    layers += [make_layer({f"deep/{n}": str(n)}) for n in range(MAX_IMAGE_LAYERS + 10)]
+    layers.append(make_layer({"deep/.wh.gone": b"", "deep/dir/.wh..wh..opq": b"", "deep/dir/new": "y"}))
+    maker.image("deep", layers)
+    reference = registry.push(maker, "deep", "swe/deep", as_tag="1")
+    engine.build(_template("deep", f"docker://{reference}"), credentials=alice)
+    assert len(engine.images.get(reference).layers) == MAX_IMAGE_LAYERS
+    with engine.create("deep") as box:
+        result = box.exec(f"ls /deep | wc -l; test -e /deep/gone || echo gone; ls /deep/dir; "
+                          f"cat /deep/{MAX_IMAGE_LAYERS}")
+    assert result.stdout.split() == [str(MAX_IMAGE_LAYERS + 10 + 1), "gone", "new", str(MAX_IMAGE_LAYERS)]
