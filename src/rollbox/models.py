@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from rollbox.spec import Bytes, VolumeMount, parse_seconds, volume_name
+from rollbox.spec import Bytes, Cores, VolumeMount, parse_seconds, volume_name
 
 MAX_FORK = 64
 """The most sandboxes one fork makes."""
@@ -34,10 +34,23 @@ class Request(BaseModel):
 
 # -- requests -------------------------------------------------------------------------------------
 
+class ClaimLimits(Request):
+    """What a claim asks of cpu, memory, processes and disk; what it leaves out is its template's (docs/images.md)."""
+
+    cpu: Cores | None = None
+    memory: Bytes | None = None
+    pids: int | None = Field(None, gt=0)
+    disk: Bytes | None = None
+
+
 class ClaimRequest(Request):
-    """What `POST /v1/sandboxes` asks for: a warm pool, a template or a snapshot to start from."""
+    """What `POST /v1/sandboxes` asks for: a warm pool, a template, a registry image or a snapshot to start from."""
 
     template: str | None = None
+    image: str | None = Field(None, max_length=1024)
+    """A registry image (`HOST/REPO:TAG`, `...@sha256:...`), started as it is: pulled once, cached by digest."""
+    limits: ClaimLimits | None = None
+    """Limits for this sandbox alone, within the node's caps; a claim with limits starts cold."""
     warmpool: str | None = None
     snapshot: str | None = None
     shutdown_after: PositiveSeconds | None = None
@@ -216,6 +229,56 @@ class Health(BaseModel):
     data_plane: str | None = None
     """A cluster's router: who forwards commands and file calls to their nodes, "nginx" or "python"
     (docs/cluster.md)."""
+
+
+# -- images (docs/images.md) -----------------------------------------------------------------------
+
+class ImagesRequest(Request):
+    """`POST /v1/images/pull` and `/v1/images/prefetch`: registry images to have on the node(s)."""
+
+    images: list[Annotated[str, Field(max_length=1024)]] = Field(min_length=1, max_length=1000)
+    all_nodes: bool = False
+    """On a cluster: every node pulls them (else one node each, where their layers are or the least loaded)."""
+
+
+class RegistryLogin(Request):
+    """`PUT /v1/registries/{host}`: the tenant's credentials for one registry; never shown back."""
+
+    username: str = Field(min_length=1, max_length=1024)
+    password: str = Field(min_length=1, max_length=8192)
+
+
+class RegistryInfo(BaseModel):
+    host: str
+    username: str
+
+
+class ImageInfo(BaseModel):
+    digest: str
+    names: list[str]
+    layers: int
+    size: int
+    """Bytes its layers take unpacked."""
+    layer_bytes: dict[str, int] = Field(default_factory=dict)
+    """Each layer's bytes, by layer id: images sharing a layer list the same id (a total counts it once)."""
+    shared: int = 0
+    """Of `size`, the bytes of layers another listed image has too (counted once in a listing's total)."""
+    pulled_at: float
+    used_at: float
+    user: str | None = None
+    workdir: str | None = None
+    cmd: list[str] | None = None
+    entrypoint: list[str] | None = None
+
+
+class PullEvent(BaseModel):
+    """One line of the pull stream; which fields are set depends on `event`."""
+
+    event: Literal["progress", "pulled", "error", "done"]
+    image: str | None = None
+    message: str | None = None
+    info: ImageInfo | None = None
+    code: str | None = None
 
 
 # -- volumes (docs/volumes.md) ---------------------------------------------------------------------

@@ -101,8 +101,8 @@ def test_images_share_layers_and_a_second_pull_moves_nothing(engine: Engine, ima
 
 def test_an_image_starts_as_its_own_user_from_a_claim_template(engine: Engine, images: dict[str, str],
                                                                alice: dict[str, tuple[str, str]]) -> None:
-    name = engine.image_template(images["other"], alice)
-    assert engine.image_template(images["other"], alice) == name
+    name = engine.image_template(engine.images.pull(images["other"], alice))
+    assert engine.image_template(engine.images.pull(images["other"], alice)) == name
     with engine.create(name) as box:
         result = box.exec("id -u; cat /other")
     assert result.stdout.split() == ["1000", "yes"]
@@ -114,7 +114,7 @@ def test_private_image_needs_credentials_even_when_cached(engine: Engine, images
     with pytest.raises(ImageNotFound, match="credentials"):
         engine.images.pull(images["app"])
     with pytest.raises(ImageNotFound):
-        engine.image_template(images["app"], {images["app"].split("/")[0]: ("alice", "wrong")})
+        engine.images.pull(images["app"], {images["app"].split("/")[0]: ("alice", "wrong")})
 
 
 def test_tampered_blob_is_refused_and_leaves_nothing(engine: Engine, registry: Registry, images: dict[str, str],

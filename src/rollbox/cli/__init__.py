@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from rollbox import errors
-from rollbox.cli import bench, cluster, demo, fusion, kubeconfig, processes, resources, sandboxes, serve, view
+from rollbox.cli import bench, cluster, demo, fusion, images, kubeconfig, processes, resources, sandboxes, serve, view
 from rollbox.cli.arguments import UsageError, remote_options
 from rollbox.cli.output import err
 from rollbox.cli.volumes import add_command as add_volume_command
@@ -40,6 +40,7 @@ def parser() -> argparse.ArgumentParser:
     sandboxes.add_commands(commands, remote)
     processes.add_commands(commands, remote)
     add_volume_command(commands, remote)
+    images.add_commands(commands, remote)
     fusion.add_command(commands, remote)
     bench.add_command(commands, remote)
     kubeconfig.add_command(commands, remote)

@@ -97,6 +97,8 @@ _COLUMNS: dict[str, tuple[list[str], Callable[[Any], list[str]]]] = {
         s.name, s.template, s.source or "-", _age(s.created_at)]),
     "processes": (["ID", "PID", "STATE", "TAG", "AGE", "COMMAND"], lambda p: [
         p.id, str(p.pid), _process_state(p), p.tag or "-", _age(p.started_at), " ".join(p.command)]),
+    "images": (["NAME", "DIGEST", "LAYERS", "SIZE", "SHARED", "USED"], lambda i: [
+        ", ".join(i.names), i.digest[:19], str(i.layers), _size(i.size), _size(i.shared), _age(i.used_at)]),
     "volumes": (["NAME", "SIZE", "USED", "MOUNTED BY", "AGE"], lambda v: [
         v.name, _size(v.size), _size(v.used),
         ", ".join(f"{use.sandbox}{' (ro)' if use.read_only else ''}" for use in v.mounted_by) or "-",

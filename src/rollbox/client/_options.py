@@ -19,9 +19,14 @@ Source = str | os.PathLike[str]
 
 
 class ClaimOptions(TypedDict, total=False):
-    """What `create_sandbox` accepts: a warm pool, a template or a snapshot to start from, and the claim's policy."""
+    """What `create_sandbox` accepts: a warm pool, a template, an image or a snapshot to start from, and the claim's
+    policy."""
 
     template: str | None
+    image: str | None
+    """A registry image (`HOST/REPO:TAG` or `...@sha256:...`) to start as it is: no template applied first."""
+    limits: dict[str, Any] | None
+    """`{"cpu", "memory", "pids", "disk"}`, any of them, for this sandbox alone (the template's otherwise)."""
     warmpool: str | None
     snapshot: str | None
     shutdown_after: float | str | None

@@ -14,6 +14,7 @@ from rollbox import errors, tracing
 from rollbox.client import _calls as calls
 from rollbox.client._exchange import Exchange
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed
+from rollbox.client._images import Images, Registries
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
 from rollbox.client._processes import (
     AsyncProcessCommands,
@@ -52,6 +53,10 @@ class AsyncSandboxClient:
         self._exchange = Exchange(self._settings, PoolTransport(self._settings.origin,
                                                                 self._settings.limits(max_connections),
                                                                 socket=self._settings.socket))
+        self.images = Images(self._send)
+        """Registry images: `await client.images.pull(...)`, `prefetch`, `list`, `remove`, `prune` (docs/images.md)."""
+        self.registries = Registries(self._send)
+        """The tenant's registry credentials: `login`, `list`, `logout`."""
 
     @property
     def base_url(self) -> str:

@@ -20,6 +20,7 @@ from rollbox.client._http import (
     connection_failed,
     error_from,
 )
+from rollbox.client._images import Images, Registries
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
 from rollbox.client._processes import BackgroundOptions, ProcessCommands, ProcessHandle, Shell, open_shell
 from rollbox.client._traced import traced
@@ -47,6 +48,10 @@ class SandboxClient:
         """`transport` replaces the network (as in httpx): `httpx.MockTransport` answers calls in-process, for tests."""
         self._settings = Settings(base_url, token, timeout)
         self._http = self._settings.http_client(max_connections, transport)
+        self.images = Images(self._send)
+        """Registry images: `pull`, `prefetch`, `list`, `remove`, `prune` (docs/images.md)."""
+        self.registries = Registries(self._send)
+        """The tenant's registry credentials: `login`, `list`, `logout`."""
 
     @property
     def base_url(self) -> str:

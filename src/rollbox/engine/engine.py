@@ -29,7 +29,7 @@ from rollbox.engine.container import Container, ContainerInfo
 from rollbox.engine.expiry import Reaper
 from rollbox.engine.files import ContainerFiles
 from rollbox.engine.images.registry import Credentials, RegistrySettings
-from rollbox.engine.images.store import ImageStore
+from rollbox.engine.images.store import ImageStore, PulledImage
 from rollbox.engine.launcher import Launcher
 from rollbox.engine.layers import UPPER_PREFIX, LayerStore
 from rollbox.engine.live import Live
@@ -98,11 +98,10 @@ class Engine:
         """Builds a template (cached by content) and records it under its name; `credentials` read its base image."""
         return self._templates.build(template, progress, credentials)
 
-    def image_template(self, reference: str, credentials: Credentials | None = None, progress: Progress | None = None,
-                       runtime: str = "runc") -> str:
-        """The template that starts the registry image `reference` as it is (pulled first if need be): made once
-        per image digest and runtime, and only for credentials the registry lets read the image."""
-        return self._templates.from_image(self.images.pull(reference, credentials, progress), runtime)
+    def image_template(self, pulled: PulledImage, runtime: str = "runc") -> str:
+        """The template that starts a pulled image as it is (`images.pull` decides who may): made once per image
+        digest and runtime."""
+        return self._templates.from_image(pulled, runtime)
 
     def template(self, name: str) -> SandboxTemplate:
         return self._templates.get(name)

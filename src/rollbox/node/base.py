@@ -17,10 +17,14 @@ from rollbox.models import (
     ClaimRequest,
     ExecRequest,
     ExecResult,
+    ImageInfo,
+    ImagesRequest,
     ProcessControl,
     ProcessEvent,
     ProcessInfo,
     ProcessRequest,
+    RegistryInfo,
+    RegistryLogin,
     SandboxInfo,
     SandboxStats,
     ShellCommand,
@@ -101,6 +105,22 @@ class Node(Protocol):
     async def volume(self, tenant: str, name: str) -> VolumeInfo: ...
     async def delete_volume(self, tenant: str, name: str) -> None:
         """Deletes a volume no sandbox mounts (409 `volume_in_use` otherwise), with its image."""
+
+    # -- images (docs/images.md) -------------------------------------------------------------
+    async def pull_images(self, tenant: str, request: ImagesRequest, progress: Callable[[str], None]
+                          ) -> list[ImageInfo]:
+        """Pulls registry images with the tenant's credentials; `progress` is called on the caller's event loop."""
+    async def prefetch(self, tenant: str, request: ImagesRequest) -> None:
+        """Starts pulling the images in the background, so that the claims that follow start at once."""
+    async def images(self, tenant: str) -> list[ImageInfo]:
+        """The images the tenant pulled or claimed on this node."""
+    async def remove_image(self, tenant: str, reference: str) -> None: ...
+    async def prune_images(self) -> int:
+        """Removes every image layer nothing holds; the bytes freed."""
+    async def login(self, tenant: str, host: str, login: RegistryLogin) -> RegistryInfo:
+        """Stores the tenant's credentials for a registry (replacing earlier ones)."""
+    async def registries(self, tenant: str) -> list[RegistryInfo]: ...
+    async def logout(self, tenant: str, host: str) -> None: ...
 
     # -- operations -------------------------------------------------------------------------
     async def health(self) -> dict[str, Any]:

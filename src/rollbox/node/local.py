@@ -38,6 +38,10 @@ from rollbox.models import (
     ClaimRequest,
     ExecRequest,
     ExecResult,
+    ImageInfo,
+    ImagesRequest,
+    RegistryInfo,
+    RegistryLogin,
     SandboxInfo,
     SandboxStats,
     SnapshotInfo,
@@ -51,6 +55,7 @@ from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim, as_sandbox, environment, gone
 from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
+from rollbox.node.images import NodeImages
 from rollbox.node.processes import ProcessOperations
 from rollbox.node.recovery import recover
 from rollbox.node.resources import Resources
@@ -58,7 +63,7 @@ from rollbox.node.store import NodeStore, snapshot_key
 from rollbox.node.sweeper import Sweeper
 from rollbox.node.volumes import NodeVolumes, read_only
 from rollbox.node.writer import ClaimWriter
-from rollbox.spec import Metadata, Resource
+from rollbox.spec import Limits, Metadata, Resource
 
 FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 
@@ -73,7 +78,8 @@ class LocalNode(ProcessOperations):
     """
 
     def __init__(self, engine: Engine, *, max_sandboxes: int = 64, tenant_quota: int | None = None,
-                 cold_starts: int = 8, tick: float = 0.2, name: str | None = None) -> None:
+                 cold_starts: int = 8, tick: float = 0.2, name: str | None = None, claim_caps: Limits | None = None
+                 ) -> None:
         self.engine = engine
         self.name = name
         self._id_prefix = f"{name}-" if name else ""
@@ -85,10 +91,11 @@ class LocalNode(ProcessOperations):
         self.closed = threading.Event()
         self.capacity = Capacity(max_sandboxes, tenant_quota, lambda: self.resources.wake())
         self.deletions = Deletions(engine, self.store, self.capacity, self.closed)
-        self.resources = Resources(engine, self.store, self.capacity, self.deletions, cold_starts)
+        self.resources = Resources(engine, self.store, self.capacity, self.deletions, cold_starts, claim_caps)
         self._writer = ClaimWriter(self.store)
         self.costs = CostMeters(engine, self._busy, self._warm, self.closed)
         self.node_volumes = NodeVolumes(engine)
+        self.node_images = NodeImages(engine, self.store)
         recover(self)
         self.node_volumes.adopt(self.claimed.values())
         for recovered in list(self.claimed.values()):  # accounted from now: what they used before is unknown
@@ -127,7 +134,8 @@ class LocalNode(ProcessOperations):
         if warm_only and (request.snapshot or request.volumes or request.warmpool not in self.resources.pools):
             raise NodeUnavailable(f"node {self.name} takes this claim from no warm pool of its own")
         self.deletions.last_claim = time.monotonic()
-        template = self.resources.template_for(request)
+        template = await self._template_for(tenant, request)
+        limits = self.resources.claim_limits(template, request.limits)
         snapshot = snapshot_key(tenant, request.snapshot) if request.snapshot else None
         sandbox_id = self._new_id()
         volumes = self.node_volumes.mounts_for(template, snapshot, request.volumes)
@@ -135,12 +143,12 @@ class LocalNode(ProcessOperations):
         try:
             if volumes:  # held before the container starts: a second writer is refused at once
                 await to_thread.run_sync(self.node_volumes.reserve, tenant, sandbox_id, volumes)
-            warm = None if snapshot or volumes else self.resources.take_warm(template, request.warmpool,
-                                                                              count_miss=not warm_only)
+            warm = None if snapshot or volumes or limits else self.resources.take_warm(
+                template, request.warmpool, count_miss=not warm_only)
             if warm is None and warm_only:
                 raise NodeUnavailable(f"node {self.name} has no ready warm sandbox for this claim")
             container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot,
-                                                            self.node_volumes.engine_mounts(tenant, volumes))
+                                                            self.node_volumes.engine_mounts(tenant, volumes), limits)
             try:
                 now = time.time()
                 claim = Claim(
@@ -164,6 +172,17 @@ class LocalNode(ProcessOperations):
             self.claimed[claim.sandbox_id] = claim
         self.costs.open(claim.sandbox_id, container_id)
         return claim.info()
+
+    async def _template_for(self, tenant: str, request: ClaimRequest) -> str | None:
+        """The template a claim starts from; a registry image's is pulled (once) with the tenant's credentials."""
+        if request.image is None:
+            return self.resources.template_for(request)
+        if request.template is not None or request.snapshot is not None:
+            raise InvalidRequest("give an image, a template or a snapshot to start from, not two of them")
+        template = await self.node_images.template(tenant, request.image)
+        if request.warmpool is not None and self.resources.pool(request.warmpool).template != template:
+            raise InvalidRequest(f"warm pool {request.warmpool!r} does not hold image {request.image!r}")
+        return template
 
     async def claims(self, tenant: str) -> list[SandboxInfo]:
         owned = [claim for claim in list(self.claimed.values()) if claim.tenant == tenant]
@@ -452,6 +471,33 @@ class LocalNode(ProcessOperations):
     async def delete_volume(self, tenant: str, name: str) -> None:
         await to_thread.run_sync(self.node_volumes.delete, tenant, name)
 
+    # -- images (docs/images.md; node/images.py) ----------------------------------------------
+
+    async def pull_images(self, tenant: str, request: ImagesRequest, progress: Callable[[str], None]
+                          ) -> list[ImageInfo]:
+        return [await self.node_images.pull(tenant, image, progress) for image in request.images]
+
+    async def prefetch(self, tenant: str, request: ImagesRequest) -> None:
+        self.node_images.prefetch(tenant, request)
+
+    async def images(self, tenant: str) -> list[ImageInfo]:
+        return await self.node_images.images(tenant)
+
+    async def remove_image(self, tenant: str, reference: str) -> None:
+        await self.node_images.remove(tenant, reference)
+
+    async def prune_images(self) -> int:
+        return await self.node_images.prune()
+
+    async def login(self, tenant: str, host: str, login: RegistryLogin) -> RegistryInfo:
+        return await self.node_images.login(tenant, host, login)
+
+    async def registries(self, tenant: str) -> list[RegistryInfo]:
+        return await self.node_images.registries(tenant)
+
+    async def logout(self, tenant: str, host: str) -> None:
+        await self.node_images.logout(tenant, host)
+
     # -- operations -------------------------------------------------------------------------
 
     async def health(self) -> dict[str, Any]:
@@ -481,4 +527,5 @@ class LocalNode(ProcessOperations):
         self.costs.join()
         self.resources.close()
         self.deletions.close()
+        self.node_images.close()
         self.store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,23 +22,30 @@ from rollbox.errors import (
     SandboxNotRunning,
     TemplateNotFound,
 )
-from rollbox.models import ApplyStatus, ClaimRequest, TemplateInfo, WarmPoolInfo
+from rollbox.models import ApplyStatus, ClaimLimits, ClaimRequest, TemplateInfo, WarmPoolInfo
 from rollbox.node.capacity import Capacity
 from rollbox.node.deletions import Deletions
 from rollbox.node.pools import WarmPool
 from rollbox.node.store import NodeStore
 from rollbox.node.watch import ExitWatch
-from rollbox.spec import Resource, SandboxTemplate, SandboxWarmPool
+from rollbox.spec import Limits, Resource, SandboxTemplate, SandboxWarmPool
 
 log = logging.getLogger("rollbox.node")
+
+
+def default_claim_caps() -> Limits:
+    """What one claim may ask for at most by default: the machine's cores, half its memory."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return Limits(cpu=os.cpu_count() or 1, memory=memory // 2, pids=32768, disk=64 * 2**30)
 
 
 class Resources:
     """Templates (built by the engine) and warm pools (`pools`, by name). Thread-safe."""
 
     def __init__(self, engine: Engine, store: NodeStore, capacity: Capacity, deletions: Deletions,
-                 cold_starts: int) -> None:
+                 cold_starts: int, claim_caps: Limits | None = None) -> None:
         self.engine = engine
+        self.claim_caps = claim_caps or default_claim_caps()
         self.store = store
         self.capacity = capacity
         self.deletions = deletions
@@ -178,8 +186,22 @@ class Resources:
             raise InvalidRequest("give a template, a warm pool or a snapshot to create a sandbox from")
         return request.template
 
+    def claim_limits(self, template: str | None, asked: ClaimLimits | None) -> Limits | None:
+        """The limits of a claim that asks for its own: its template's, with what it asks, within the node's caps
+        for one sandbox (`claim_caps`); None when it asks for nothing."""
+        if asked is None or not asked.model_fields_set:
+            return None
+        base = self.engine.template(template).spec.limits if template else Limits()
+        wanted = asked.model_dump(exclude_none=True)
+        for field, value in wanted.items():
+            cap = getattr(self.claim_caps, field)
+            if value > cap:
+                raise InvalidRequest(f"limits.{field} {value} is over what this node gives one sandbox ({cap}): ask "
+                                     "for less, or run the node with higher caps (--claim-caps)")
+        return base.model_copy(update=wanted)
+
     def start_cold(self, template: str | None, snapshot: str | None,
-                   volume_mounts: list[tuple[str, str, bool]] | None = None) -> str:
+                   volume_mounts: list[tuple[str, str, bool]] | None = None, limits: Limits | None = None) -> str:
         """Starts a container for a claim that found no warm one, at most `cold_starts` at a time (one with volumes
         always starts so: a warm container's mounts were fixed as it started)."""
         if snapshot is None:
@@ -187,7 +209,8 @@ class Resources:
         with self._cold_starts:
             self.make_room()
             try:
-                return self.engine.create(template, snapshot=snapshot, volume_mounts=volume_mounts or ()).id
+                return self.engine.create(template, snapshot=snapshot, volume_mounts=volume_mounts or (),
+                                          limits=limits).id
             except BaseException:
                 self.capacity.release(1)
                 raise

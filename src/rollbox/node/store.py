@@ -19,6 +19,10 @@ CREATE TABLE IF NOT EXISTS pools (name TEXT PRIMARY KEY, resource TEXT NOT NULL)
 CREATE TABLE IF NOT EXISTS pool_containers (container_id TEXT PRIMARY KEY, pool TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS snapshots (
     tenant TEXT NOT NULL, name TEXT NOT NULL, source TEXT, PRIMARY KEY (tenant, name));
+CREATE TABLE IF NOT EXISTS registry_credentials (
+    tenant TEXT NOT NULL, host TEXT NOT NULL, username TEXT NOT NULL, password TEXT NOT NULL,
+    PRIMARY KEY (tenant, host));
+CREATE TABLE IF NOT EXISTS image_tenants (digest TEXT NOT NULL, tenant TEXT NOT NULL, PRIMARY KEY (digest, tenant));
 """
 MIGRATIONS = (
     # 1: a claim names the tenant's sandbox id and the engine's container id apart (they were `id` and `sandbox_id`)
@@ -104,6 +108,41 @@ class NodeStore(Database):
     def delete_snapshot(self, tenant: str, name: str) -> None:
         with self.transaction() as db:
             db.execute("DELETE FROM snapshots WHERE tenant=? AND name=?", (tenant, name))
+
+
+    # -- images (node/images.py) -------------------------------------------------------------
+
+    def registry_credentials(self, tenant: str) -> list[tuple[str, str, str]]:
+        """(host, username, password) of each registry the tenant has credentials for."""
+        rows = self.query("SELECT host, username, password FROM registry_credentials WHERE tenant=? ORDER BY host",
+                          tenant)
+        return [tuple(row) for row in rows]  # type: ignore[misc]
+
+    def put_registry_credentials(self, tenant: str, host: str, username: str, password: str) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO registry_credentials VALUES (?, ?, ?, ?)",
+                       (tenant, host, username, password))
+
+    def delete_registry_credentials(self, tenant: str, host: str) -> bool:
+        with self.transaction() as db:
+            return db.execute("DELETE FROM registry_credentials WHERE tenant=? AND host=?",
+                              (tenant, host)).rowcount > 0
+
+    def image_digests(self, tenant: str) -> set[str]:
+        return {digest for (digest,) in self.query("SELECT digest FROM image_tenants WHERE tenant=?", tenant)}
+
+    def add_image_tenant(self, digest: str, tenant: str) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO image_tenants VALUES (?, ?)", (digest, tenant))
+
+    def remove_image_tenant(self, digest: str, tenant: str | None) -> int:
+        """Drops a tenant (every one, for None) from the image's users; returns how many are left."""
+        with self.transaction() as db:
+            if tenant is None:
+                db.execute("DELETE FROM image_tenants WHERE digest=?", (digest,))
+            else:
+                db.execute("DELETE FROM image_tenants WHERE digest=? AND tenant=?", (digest, tenant))
+            return int(db.execute("SELECT COUNT(*) FROM image_tenants WHERE digest=?", (digest,)).fetchone()[0])
 
 
 def snapshot_key(tenant: str, name: str) -> str:

@@ -84,13 +84,13 @@ class ImageStore:
         ref, credentials = parse(text), credentials or {}
         say = say or (lambda _: None)
         key = credential_key(ref.host, credentials)
-        digest = ref.digest or self._fresh_tag(str(ref), key)
-        if digest is not None:
-            known = self.catalog.get(digest)
-            if known is not None and self._present(known) and self._granted(ref.name, key, digest, ref, credentials):
-                self.catalog.touch(digest, str(ref))
-                return _pulled(known, str(ref))
+        cached = self._cached(ref, key, credentials)
+        if cached is not None:
+            return cached
         with self._flight(f"resolve {ref} {key}"):
+            cached = self._cached(ref, key, credentials)  # the caller ahead in the flight may have just pulled it
+            if cached is not None:
+                return cached
             source = RegistrySource(self.registry, ref, credentials, self.settings.max_image_bytes)
             resolved = source.resolve()
             now = time.monotonic()
@@ -98,6 +98,17 @@ class ImageStore:
             if not ref.digest:
                 self._tags[(str(ref), key)] = (resolved.digest, now)
             return self._materialize(source, resolved, str(ref), say)
+
+    def _cached(self, ref: ImageRef, key: str, credentials: Credentials) -> PulledImage | None:
+        """The image, when its tag's digest is fresh, its layers are here and these credentials may read it."""
+        digest = ref.digest or self._fresh_tag(str(ref), key)
+        if digest is None:
+            return None
+        known = self.catalog.get(digest)
+        if known is None or not self._present(known) or not self._granted(ref.name, key, digest, ref, credentials):
+            return None
+        self.catalog.touch(digest, str(ref))
+        return _pulled(known, str(ref))
 
     def local(self, kind: str, path: str, say: Say | None = None) -> PulledImage:
         """An image on this machine: `oci:<dir>[:tag]`, `oci-archive:<file>` or `docker-archive:<file>`."""
