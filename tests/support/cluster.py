@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -157,22 +157,24 @@ class Cluster:
         assert not failures, failures
 
 
-def node_agent(root: Path, name: str, secret_file: Path, max_sandboxes: int = 16) -> NodeAgent:
+def node_agent(root: Path, name: str, secret_file: Path, max_sandboxes: int = 16,
+               extra: Sequence[str] = ()) -> NodeAgent:
     return NodeAgent(["node", "--name", name, "--data-dir", str(root / name), "--secret-file", str(secret_file),
-                      "--max-sandboxes", str(max_sandboxes)], root / f"{name}.log", name=name, data_dir=root / name)
+                      "--max-sandboxes", str(max_sandboxes), *extra], root / f"{name}.log", name=name,
+                     data_dir=root / name)
 
 
 @contextlib.contextmanager
 def running_cluster(root: Path, nodes: Mapping[str, int] = MappingProxyType({"alpha": 16, "beta": 16}), *,
                     tokens: dict[str, str] | None = None, admins: tuple[str, ...] = (),
-                    data_plane: str = "auto") -> Iterator[Cluster]:
-    """A node agent per name in `nodes` (holding that many sandboxes at most) and one router in front of them,
-    each node `up` at the router."""
+                    data_plane: str = "auto", node_args: Sequence[str] = ()) -> Iterator[Cluster]:
+    """A node agent per name in `nodes` (holding that many sandboxes at most, started with `node_args` besides) and
+    one router in front of them, each node `up` at the router."""
     root.mkdir(parents=True, exist_ok=True)
     secret_file = root / "secret"
     secret_file.write_text(secrets.token_hex(32))
     secret_file.chmod(0o600)
-    agents = {name: node_agent(root, name, secret_file, most) for name, most in nodes.items()}
+    agents = {name: node_agent(root, name, secret_file, most, node_args) for name, most in nodes.items()}
     cluster = Cluster(root, secret_file, agents, tokens=dict(tokens or {}), admins=admins, data_plane=data_plane)
     try:
         for node in agents.values():

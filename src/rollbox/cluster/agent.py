@@ -21,11 +21,13 @@ from pathlib import Path
 import uvloop
 
 from rollbox.engine import Engine
+from rollbox.engine.images.registry import RegistrySettings
 from rollbox.errors import InvalidRequest
 from rollbox.node import LocalNode
 from rollbox.server import create_app
 from rollbox.server.auth import ClusterSecret
 from rollbox.server.listen import server
+from rollbox.spec import Limits
 
 log = logging.getLogger("rollbox.cluster")
 
@@ -37,16 +39,19 @@ MEMBERSHIP = "cluster.json"
 
 class NodeAgent:
     def __init__(self, data_dir: str | Path, name: str, secret: str, *, max_sandboxes: int = 64,
-                 tenant_quota: int | None = None, incarnation: str | None = None, log_level: str = "warning") -> None:
+                 tenant_quota: int | None = None, incarnation: str | None = None, log_level: str = "warning",
+                 registries: RegistrySettings | None = None, image_budget: int | None = None,
+                 claim_caps: Limits | None = None) -> None:
         if not NODE_NAME.match(name):
             raise InvalidRequest(f"node name {name!r}: use lowercase letters, digits, '-' or '.' (at most 63)")
         ClusterSecret(secret)  # a weak secret fails before the data directory is touched
         self.name = name
         self.incarnation = incarnation
         self.log_level = log_level
-        self.engine = Engine(data_dir)
+        self.engine = Engine(data_dir, registries=registries, image_budget=image_budget)
         try:
-            self.node = LocalNode(self.engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota, name=name)
+            self.node = LocalNode(self.engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota, name=name,
+                                  claim_caps=claim_caps)
         except BaseException:
             self.engine.close()
             raise

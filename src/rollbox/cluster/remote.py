@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from rollbox import tracing
 from rollbox.client import _calls as calls
+from rollbox.client import _images as images
 from rollbox.client import _processes as processes
 from rollbox.client._exchange import Exchange
 from rollbox.client._http import Settings
@@ -25,10 +26,15 @@ from rollbox.models import (
     ExecRequest,
     ExecResult,
     Health,
+    ImageInfo,
+    ImagesRequest,
     ProcessControl,
     ProcessEvent,
     ProcessInfo,
     ProcessRequest,
+    PullEvent,
+    RegistryInfo,
+    RegistryLogin,
     SandboxInfo,
     SandboxStats,
     ShellCommand,
@@ -215,6 +221,37 @@ class RemoteNode:
 
     async def delete_volume(self, tenant: str, name: str) -> None:
         await self.send(tenant, calls.delete_volume(name))
+
+    # -- images -----------------------------------------------------------------------------
+
+    async def pull_images(self, tenant: str, request: ImagesRequest, progress: Callable[[str], None]
+                          ) -> list[ImageInfo]:
+        def report(event: PullEvent) -> None:
+            if event.event == "progress" and event.message:
+                progress(event.message)
+
+        return await self.send(tenant, images.pull(request.images, report))
+
+    async def prefetch(self, tenant: str, request: ImagesRequest) -> None:
+        await self.send(tenant, images.prefetch(request.images))
+
+    async def images(self, tenant: str) -> list[ImageInfo]:
+        return await self.send(tenant, images.list_images())
+
+    async def remove_image(self, tenant: str, reference: str) -> None:
+        await self.send(tenant, images.remove_image(reference))
+
+    async def prune_images(self) -> int:
+        return int((await self.send(ROUTER_TENANT, images.prune_images()))["freed"])
+
+    async def login(self, tenant: str, host: str, login: RegistryLogin) -> RegistryInfo:
+        return await self.send(tenant, images.login(host, login.username, login.password))
+
+    async def registries(self, tenant: str) -> list[RegistryInfo]:
+        return await self.send(tenant, images.list_registries())
+
+    async def logout(self, tenant: str, host: str) -> None:
+        await self.send(tenant, images.logout(host))
 
     # -- operations -------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from rollbox.cluster.images import ClusterImages
 from rollbox.cluster.placement import claim_order, first_choice
 from rollbox.cluster.pools import ClusterPool, read_pools
 from rollbox.cluster.remote import RemoteNode, no_progress
@@ -35,10 +36,14 @@ from rollbox.models import (
     ClaimRequest,
     ExecRequest,
     ExecResult,
+    ImageInfo,
+    ImagesRequest,
     ProcessControl,
     ProcessEvent,
     ProcessInfo,
     ProcessRequest,
+    RegistryInfo,
+    RegistryLogin,
     SandboxInfo,
     SandboxStats,
     ShellCommand,
@@ -72,6 +77,7 @@ class ClusterNode:
         """Ready warm sandboxes per (node, pool), as last reported, less the claims sent there since."""
         self._reported: dict[str, NodeState] | None = None
         self._volumes = ClusterVolumes(self._remote, self._answering)
+        self._images = ClusterImages(self._remote, self._answering, self._on_each)
         self.data_plane = data_plane
         """Who forwards commands and file calls to their nodes: "nginx" in front of the router, or the router
         itself (cluster/serve.py)."""
@@ -151,13 +157,18 @@ class ClusterNode:
             nodes = await self._volumes.for_claim(tenant, request.volumes, nodes)
         self._refresh_ready()
         refused: Exception | None = None
-        for name in self._candidates(nodes, request.warmpool):
+        candidates = self._images.order(request.image, nodes) if request.image and not request.warmpool else \
+            self._candidates(nodes, request.warmpool)
+        for name in candidates:
             node = self.watcher.view[name]
             if request.warmpool:
                 key = (name, request.warmpool)
                 self._ready[key] = self._ready.get(key, 0) - 1
             try:
-                return await self._remote(node.url).claim(tenant, request)
+                info = await self._remote(node.url).claim(tenant, request)
+                if request.image:
+                    self._images.claimed(request.image, name)
+                return info
             except (CapacityExceeded, httpx.TransportError) as error:
                 refused = error  # full, or gone since the last look: the next node may have room
         if isinstance(refused, CapacityExceeded):
@@ -304,6 +315,33 @@ class ClusterNode:
 
     async def delete_volume(self, tenant: str, name: str) -> None:
         await self._volumes.delete(tenant, name)
+
+    # -- images (rollbox.cluster.images) ---------------------------------------------------------
+
+    async def pull_images(self, tenant: str, request: ImagesRequest, progress: Callable[[str], None]
+                          ) -> list[ImageInfo]:
+        return await self._images.pull(tenant, request, self._serving(), progress)
+
+    async def prefetch(self, tenant: str, request: ImagesRequest) -> None:
+        await self._images.prefetch(tenant, request, self._serving())
+
+    async def images(self, tenant: str) -> list[ImageInfo]:
+        return await self._images.images(tenant)
+
+    async def remove_image(self, tenant: str, reference: str) -> None:
+        await self._images.remove(tenant, reference)
+
+    async def prune_images(self) -> int:
+        return await self._images.prune()
+
+    async def login(self, tenant: str, host: str, login: RegistryLogin) -> RegistryInfo:
+        return await self._images.login(tenant, host, login)
+
+    async def registries(self, tenant: str) -> list[RegistryInfo]:
+        return await self._images.registries(tenant)
+
+    async def logout(self, tenant: str, host: str) -> None:
+        await self._images.logout(tenant, host)
 
     # -- resources --------------------------------------------------------------------------
 
