@@ -320,7 +320,7 @@ class ClusterNode:
             return "created" if "created" in statuses else "configured" if "configured" in statuses else "unchanged"
         before = read_pools(self.watcher.view.values()).get(resource.metadata.name)
         pool = ClusterPool.applied(resource)
-        if before is not None and _same(before, pool):
+        if before is not None and before.same_as(pool):
             return "unchanged"
         await self._check_template(pool.template, nodes)
         await self.watcher.place({**read_pools(self.watcher.view.values()), pool.name: pool}, self._serving())
@@ -396,9 +396,3 @@ def _answered(what: str) -> Iterator[None]:
         yield
     except httpx.TransportError as error:
         raise NodeUnavailable(f"a node stopped answering during {what} ({error}); try again shortly") from None
-
-
-def _same(before: ClusterPool, after: ClusterPool) -> bool:
-    return (before.template, before.replicas, before.max_replicas, before.refill_concurrency, before.labels) == (
-        after.template, after.replicas, after.max_replicas, after.refill_concurrency, after.labels)
-
