@@ -51,7 +51,7 @@ from common import Figures, distribution, load, machine, progress_bars
 from cpu import cpu_seconds
 from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandboxClient, SandboxClient
-from rollbox.client._processes import AsyncProcessHandle, ProcessHandle
+from rollbox.client._process_handles import AsyncProcessHandle, ProcessHandle
 from rollbox.errors import RollboxError
 from rollbox.server.local import LocalServer
 

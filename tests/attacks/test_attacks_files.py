@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rollbox.engine import Container, Engine
-from rollbox.engine.files import MAX_DEPTH
+from rollbox.engine.descriptors import MAX_DEPTH
 from rollbox.errors import InvalidPath, InvalidRequest, RollboxError
 from rollbox.models import FileInfo
 from tests.attacks.attack_support import Host, Neighbour

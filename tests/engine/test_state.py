@@ -9,7 +9,7 @@ import time
 import pytest
 
 from rollbox.engine import Container, Engine
-from rollbox.engine.engine import FORK_COPY_BYTES
+from rollbox.engine.layering import FORK_COPY_BYTES
 from rollbox.errors import Conflict, InvalidRequest, SandboxNotFound, SandboxNotRunning, SnapshotNotFound
 from rollbox.spec import Limits
 from tests.support.engines import template_for

@@ -55,7 +55,7 @@ def test_claims_and_deletions_are_written_before_they_answer(node: LocalNode) ->
         ids = {claim.id for claim in claims}
         assert stored(node) == ids  # one transaction for the whole burst, committed before any answer
         gone = sorted(ids)[:4]
-        let_go = {node.claimed[sandbox_id].container_id for sandbox_id in gone}
+        let_go = {node.held.claims[sandbox_id].container_id for sandbox_id in gone}
         await asyncio.gather(*(node.delete("alice", sandbox_id) for sandbox_id in gone))
         assert stored(node) == ids - set(gone)
         assert not {container for container, _ in node.store.pool_containers()} & let_go
@@ -72,7 +72,7 @@ def test_a_crash_after_a_delete_or_reset_never_hands_the_used_sandbox_to_a_pool(
     that dies before deleting the sandbox finds it held by nobody at restart, and deletes it."""
     async def used_then_crashed() -> set[str]:
         claims = [await node.claim("alice", ClaimRequest(warmpool="warm")) for _ in range(2)]
-        used = {node.claimed[claim.id].container_id for claim in claims}
+        used = {node.held.claims[claim.id].container_id for claim in claims}
         monkeypatch.setattr(node.deletions, "later", lambda container_id: None)  # dies before deleting anything
         await node.delete("alice", claims[0].id)
         await node.reset("alice", claims[1].id)
@@ -95,7 +95,7 @@ def test_a_crash_after_a_delete_or_reset_never_hands_the_used_sandbox_to_a_pool(
 def test_a_delete_waits_for_whatever_holds_the_claim(node: LocalNode) -> None:
     async def main() -> None:
         claim = await node.claim("alice", ClaimRequest(warmpool="warm"))
-        lock = node.claimed[claim.id].lock
+        lock = node.held.claims[claim.id].lock
         lock.acquire()
         threading.Timer(0.2, lock.release).start()
         started = time.monotonic()

@@ -88,7 +88,7 @@ def near(measured: float, truth: float) -> bool:
 
 async def test_a_claims_cost_matches_its_cgroup_counters(node: LocalNode, engine: Engine) -> None:
     info = await node.claim("alice", ClaimRequest(template="basic"))
-    counters = Counters(engine, node.claimed[info.id].container_id)
+    counters = Counters(engine, node.held.claims[info.id].container_id)
     result = await node.exec("alice", info.id, ExecRequest(command="head -c 64000000 /dev/zero > /tmp/big && sync"))
     assert result.exit_code == 0, result.stderr
     result = await node.exec("alice", info.id, ExecRequest(command=HOLD, timeout=30))

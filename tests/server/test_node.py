@@ -93,7 +93,7 @@ async def test_claim_takes_a_ready_sandbox_from_the_pool(node: LocalNode, engine
     started = time.perf_counter()
     claim = await node.claim("alice", ClaimRequest(warmpool="basic-pool"))
     assert time.perf_counter() - started < 0.5  # no container start: ~0.1 ms on an idle machine
-    assert node.claimed[claim.id].container_id in ready
+    assert node.held.claims[claim.id].container_id in ready
     assert (claim.template, claim.warmpool, claim.tenant, claim.state) == ("basic", "basic-pool", "alice", "running")
     assert await run(node, "alice", claim.id, "cat /opt/data/file") == "baseline\n"
     await filled(node)  # refilled in the background
@@ -191,11 +191,11 @@ async def test_reset_keeps_the_id_and_brings_the_baseline_back(node: LocalNode, 
     await filled(node)
     claim = await node.claim("alice", ClaimRequest(warmpool="basic-pool"))
     await run(node, "alice", claim.id, "touch ~/new")
-    old = node.claimed[claim.id].container_id
+    old = node.held.claims[claim.id].container_id
     await filled(node)
     ready = set(node.resources.pools["basic-pool"].ready)
     again = await node.reset("alice", claim.id)
-    assert node.claimed[claim.id].container_id in ready  # a warm sandbox swapped in
+    assert node.held.claims[claim.id].container_id in ready  # a warm sandbox swapped in
     assert again.id == claim.id
     assert await run(node, "alice", claim.id, "cat /opt/data/file; ls ~") == "baseline\n"
 
@@ -258,7 +258,7 @@ async def test_pause_and_resume(node: LocalNode) -> None:
 
 async def test_idle_sandboxes_pause_and_wake_on_the_next_call(node: LocalNode, engine: Engine) -> None:
     claim = await node.claim("alice", ClaimRequest(template="basic", idle_pause_after=0.3))
-    container_id = node.claimed[claim.id].container_id
+    container_id = node.held.claims[claim.id].container_id
     busy = node.exec("alice", claim.id, ExecRequest(command="sleep 0.8; echo done"))
     assert (await busy).stdout == "done\n"  # a running command keeps it awake
 
@@ -272,7 +272,7 @@ async def test_idle_sandboxes_pause_and_wake_on_the_next_call(node: LocalNode, e
 async def test_claims_expire(node: LocalNode, engine: Engine) -> None:
     claim = await node.claim("alice", ClaimRequest(template="basic", shutdown_after=0.3))
     assert claim.expires_at is not None
-    container_id = node.claimed[claim.id].container_id
+    container_id = node.held.claims[claim.id].container_id
 
     async def gone() -> bool:
         return container_id not in {info.id for info in engine.list()}
@@ -343,7 +343,7 @@ async def test_a_pool_with_max_replicas_grows_to_its_bursts_then_shrinks_back(
     warm = set(node.resources.pools["elastic"].ready)
     before = time.monotonic()
     second = [await node.claim("alice", ClaimRequest(warmpool="elastic")) for _ in range(2)]
-    assert {node.claimed[claim.id].container_id for claim in second} <= warm  # the next step's claims are warm
+    assert {node.held.claims[claim.id].container_id for claim in second} <= warm  # the next step's claims are warm
     await until(lambda: ready(3))
     await until(lambda: ready(1))
     assert time.monotonic() - before >= pools.BURST_MEMORY  # it kept its size while the burst was recent
@@ -397,7 +397,7 @@ async def test_a_warm_sandbox_that_dies_is_never_handed_out(node: LocalNode, eng
         return not doomed & set(node.resources.pools["basic-pool"].ready)
     await until(replaced)
     claims = [await node.claim("alice", ClaimRequest(warmpool="basic-pool")) for _ in range(2)]
-    assert not doomed & {node.claimed[claim.id].container_id for claim in claims}
+    assert not doomed & {node.held.claims[claim.id].container_id for claim in claims}
     for claim in claims:
         assert await run(node, "alice", claim.id, "echo alive") == "alive\n"
         await node.delete("alice", claim.id)
@@ -414,7 +414,7 @@ async def test_a_claimed_sandbox_whose_container_stopped_shows_stopped_until_res
     its calls fail as not running, and a reset brings it back under the same claim."""
     claim = await node.claim("alice", ClaimRequest(template="basic"))  # cold: no pool watched its start
     assert (await node.get("alice", claim.id)).state == "running"
-    container_id = node.claimed[claim.id].container_id
+    container_id = node.held.claims[claim.id].container_id
     for pid in cgroup_value(engine, engine.get(container_id), "pids", "cgroup.procs").split():
         os.kill(int(pid), signal.SIGKILL)
 
@@ -441,7 +441,7 @@ async def test_no_sandbox_inherits_the_nodes_descriptors(node: LocalNode, engine
     await until(both_watched)
     claim = await node.claim("alice", ClaimRequest(template="basic", snapshot=None))
     await run(node, "alice", claim.id, "sleep 30 >/dev/null 2>&1 &")
-    box = engine.get(node.claimed[claim.id].container_id)
+    box = engine.get(node.held.claims[claim.id].container_id)
     inherited = {}
     for pid in cgroup_value(engine, box, "pids", "cgroup.procs").split():
         try:
@@ -471,7 +471,7 @@ async def test_sandboxes_deleted_behind_the_nodes_back_are_forgotten(node: Local
     await filled(node)
     claim = await node.claim("alice", ClaimRequest(template="basic"))
     await filled(node)
-    engine.delete(node.claimed[claim.id].container_id)
+    engine.delete(node.held.claims[claim.id].container_id)
     engine.delete(node.resources.pools["basic-pool"].ready[0])
 
     async def forgotten() -> bool:
@@ -487,7 +487,7 @@ async def test_deletions_wait_for_claims_to_pause_but_not_for_room(node: LocalNo
     monkeypatch.setattr(deletions, "DELETE_QUIET", 1.0)  # wide margins: a loaded machine still streams in time
     monkeypatch.setattr(deletions, "DELETE_HOLD_MAX", 4.0)
     first, second = [await node.claim("alice", ClaimRequest(template="basic")) for _ in range(2)]
-    containers = [node.claimed[claim.id].container_id for claim in (first, second)]
+    containers = [node.held.claims[claim.id].container_id for claim in (first, second)]
     streaming = True
 
     async def stream() -> None:  # claims that fail at once count as claims all the same
@@ -522,7 +522,7 @@ async def test_a_container_deleted_behind_the_nodes_back_is_told_by_its_sandbox_
                                                                                  engine: Engine) -> None:
     """The engine's errors speak of containers; a tenant sees only its sandbox id, in errors too."""
     claim = await node.claim("alice", ClaimRequest(template="basic"))
-    container_id = node.claimed[claim.id].container_id
+    container_id = node.held.claims[claim.id].container_id
     engine.delete(container_id)
     with pytest.raises(SandboxNotFound) as stats:
         await node.stats("alice", claim.id)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rollbox.cluster.edge import Routes, _CallLines, render, targets
+from rollbox.cluster.edge import _CallLines
+from rollbox.cluster.edge_config import Routes, render, targets
 from rollbox.cluster.view import NodeState
 from rollbox.server.metrics import Metrics
 

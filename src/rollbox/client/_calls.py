@@ -1,4 +1,4 @@
-"""Every API call described once, as data: what to send and how to read the answer.
+"""Every API call described once, as data (`_call`): what to send and how to read the answer.
 
 The sync and async clients differ only in how they move bytes, so both follow docs/api.md from
 this one place.
@@ -7,17 +7,29 @@ this one place.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
-from urllib.parse import quote
+from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from rollbox import errors, spec
 from rollbox.client import _archive
-from rollbox.client._http import Answer, error_from, raise_for_error
+from rollbox.client._call import (
+    JSON,
+    Call,
+    StreamCall,
+    _body,
+    _content,
+    _delete,
+    _dump,
+    _exists,
+    _get,
+    _json,
+    _name,
+    _none,
+    _post,
+)
+from rollbox.client._http import Answer
 from rollbox.client._options import ClaimOptions, Command, OutputCallback, ProgressCallback, Source
 from rollbox.models import (
     ApplyEvent,
@@ -41,93 +53,6 @@ from rollbox.models import (
     WarmPoolInfo,
 )
 
-T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
-Parse = Callable[[Answer], T]
-JSON = {"content-type": "application/json"}
-_BINARY = {"content-type": "application/octet-stream"}
-
-
-@dataclass(frozen=True, slots=True)
-class Call(Generic[T]):
-    """One request whose answer comes whole."""
-
-    method: str
-    path: str
-    parse: Parse[T]
-    params: dict[str, str] | None = None
-    body: str | bytes | None = None
-    headers: dict[str, str] | None = None
-    idempotent: bool = False
-    """Safe to send again after a connection error or a 503."""
-    wait: float | None = 0.0
-    """Seconds the server may spend working beyond the client's timeout; None: no limit."""
-
-
-class Reader(Protocol[T_co]):
-    def feed(self, line: str) -> T_co | None:
-        """Takes one NDJSON line; returns the call's result once it is complete."""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamCall(Generic[T]):
-    """One request whose answer is NDJSON, read line by line as it arrives. Never retried."""
-
-    method: str
-    path: str
-    reader: Reader[T]
-    body: str
-    wait: float | None = None
-    headers: dict[str, str] = field(default_factory=lambda: JSON)
-
-    def answer(self) -> StreamAnswer[T]:
-        return StreamAnswer(self)
-
-
-class StreamAnswer(Generic[T]):
-    """A StreamCall's answer as it is read: lines past the result are read too (a whole answer frees its
-    connection for the next call) and ignored."""
-
-    def __init__(self, call: StreamCall[T]) -> None:
-        self._call = call
-        self._result: T | None = None
-
-    def feed(self, line: str) -> None:
-        if line and self._result is None:
-            self._result = self._call.reader.feed(line)
-
-    def result(self) -> T:
-        if self._result is None:
-            raise errors.NodeUnavailable(f"{self._call.method} {self._call.path}: the answer stopped before it was "
-                                         "complete; the server or the sandbox's node went away")
-        return self._result
-
-
-def _json(adapter: TypeAdapter[T]) -> Parse[T]:
-    def parse(answer: Answer) -> T:
-        return adapter.validate_json(raise_for_error(answer).content)
-
-    return parse
-
-
-def _none(answer: Answer) -> None:
-    raise_for_error(answer)
-
-
-def _content(answer: Answer) -> bytes:
-    return raise_for_error(answer).content
-
-
-def _exists(answer: Answer) -> bool:
-    if answer.status_code == 404:
-        error = error_from(answer)
-        if isinstance(error, errors.FileNotFound):
-            return False
-        raise error
-    raise_for_error(answer)
-    return True
-
-
 _HEALTH = _json(TypeAdapter(Health))
 _SANDBOX = _json(TypeAdapter(SandboxInfo))
 _SANDBOXES = _json(TypeAdapter(list[SandboxInfo]))
@@ -144,39 +69,7 @@ _FILES = _json(TypeAdapter(list[FileInfo]))
 _ARCHIVE = _json(TypeAdapter(ArchiveResult))
 
 
-def _dump(body: BaseModel) -> str:
-    return body.model_dump_json(exclude_none=True)
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def _body(model: type[M], **fields: Any) -> M:
-    """Builds a request body; a bad or misspelt argument fails here, as the server would fail it."""
-    try:
-        return model(**fields)
-    except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors())
-        raise errors.InvalidRequest(f"invalid arguments: {problems}") from None
-
-
-def _name(name: str) -> str:
-    """One path segment: an id or a name can never reach another route."""
-    return quote(name, safe="")
-
-
-def _get(path: str, parse: Parse[T], params: dict[str, str] | None = None) -> Call[T]:
-    return Call("GET", path, parse, params=params, idempotent=True)
-
-
-def _delete(path: str, params: dict[str, str] | None = None) -> Call[None]:
-    return Call("DELETE", path, _none, params=params, idempotent=True)
-
-
-def _post(path: str, parse: Parse[T], body: BaseModel | None = None) -> Call[T]:
-    if body is None:
-        return Call("POST", path, parse)
-    return Call("POST", path, parse, body=_dump(body), headers=JSON)
+_BINARY = {"content-type": "application/octet-stream"}
 
 
 # -- operations and resources ------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from rollbox.client._calls import Call, StreamCall
+from rollbox.client._call import Call, StreamCall
 from rollbox.client._http import Answer, Settings, error_from
 from rollbox.client._transport import PoolTransport, Reply
 

@@ -1,24 +1,20 @@
-"""Background processes, terminals and shell sessions in the SDK (docs/processes.md).
-
-`commands.run(cmd, background=True)` returns a handle on a process that keeps running between calls: wait for
-it, stream its output (again, from any offset, after a reconnect), send it stdin and signals, resize its
-terminal. `commands.list()` and `commands.connect(id)` find processes again; `sandbox.shell()` is a session
-whose directory and variables carry from one command to the next. The calls are described once here; the
-blocking and asyncio classes only move the bytes.
+"""The calls on background processes, terminals and shell sessions (docs/processes.md), and the reading of a
+process's event stream: described once here for the SDK's handles (`_process_handles`) and for a router's
+calls to its node agents.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any, TypedDict
 
-import httpx
 from pydantic import TypeAdapter
 
 from rollbox import errors
-from rollbox.client._calls import JSON, Call, _body, _delete, _dump, _get, _json, _name, _none, _post, _sandbox
-from rollbox.client._http import Answer, connection_failed, error_from
+from rollbox.client._call import JSON, Call, _body, _delete, _dump, _get, _json, _name, _none, _post
+from rollbox.client._calls import _sandbox
+from rollbox.client._exchange import Exchange
+from rollbox.client._http import Answer, error_from
 from rollbox.client._options import Command, OutputCallback
 from rollbox.models import (
     ExecResult,
@@ -31,13 +27,6 @@ from rollbox.models import (
     ShellRequest,
 )
 
-if TYPE_CHECKING:
-    from rollbox.client._exchange import Exchange
-    from rollbox.client.aio import AsyncSandboxClient
-    from rollbox.client.sync import SandboxClient
-
-C = TypeVar("C")
-"""The client a handle calls through: `SandboxClient` or `AsyncSandboxClient`."""
 Pty = PtySize | tuple[int, int] | bool
 """A terminal: its size, (rows, cols), or True for 24x80."""
 _PROCESS = _json(TypeAdapter(ProcessInfo))
@@ -184,216 +173,3 @@ async def stream_events(exchange: Exchange, sandbox_id: str, process_id: str, of
                 yield event
     finally:
         reply.close()
-
-
-# -- blocking -------------------------------------------------------------------------------------
-
-class _Handle(Generic[C]):
-    """What both clients' handles hold: their client, the sandbox, and what the router last said."""
-
-    def __init__(self, client: C, sandbox_id: str, info: ProcessInfo) -> None:
-        self._client = client
-        self._sandbox_id = sandbox_id
-        self.info = info
-        """What the router last said about the process; `refresh()` asks again."""
-
-    @property
-    def id(self) -> str:
-        return self.info.id
-
-    @property
-    def pid(self) -> int:
-        return self.info.pid
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.id!r}, pid={self.pid}, command={self.info.command!r})"
-
-
-class ProcessHandle(_Handle["SandboxClient"]):
-    """A background process of a sandbox. Holding one costs nothing; each method is one HTTP call."""
-
-    def refresh(self) -> ProcessInfo:
-        self.info = self._client._send(get_process(self._sandbox_id, self.id))
-        return self.info
-
-    def events(self, offset: int | None = 0) -> Iterator[ProcessEvent]:
-        """Its output from byte `offset` of what is kept (None: from now) as it comes, then its end."""
-        path, params = events_target(self._sandbox_id, self.id, offset)
-        settings = self._client._settings
-        request = settings.request("GET", path, params=params, wait=None)
-        try:
-            with contextlib.closing(self._client._http.send(request, stream=True)) as response:
-                if not response.is_success:
-                    response.read()
-                    raise error_from(Answer("GET", path, response.status_code, response.reason_phrase,
-                                            response.content))
-                for line in response.iter_lines():
-                    event = parse_event(line)
-                    if event is not None:
-                        yield event
-        except httpx.TransportError as error:
-            raise connection_failed(self._client.base_url, "GET", path, error) from error
-
-    def wait(self, on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None) -> ExecResult:
-        """Waits for it to end; the result holds its output from the start (of what is kept)."""
-        collector = Collector(on_stdout, on_stderr)
-        for event in self.events(0):
-            if collector.feed(event):
-                break
-        return collector.done(self.id)
-
-    def send_stdin(self, data: str) -> None:
-        self._client._send(control_process(self._sandbox_id, self.id, stdin=data))
-
-    def close_stdin(self) -> None:
-        self._client._send(control_process(self._sandbox_id, self.id, close_stdin=True))
-
-    def kill(self, signal: int | str = "SIGKILL") -> None:
-        """Sends `signal` (a number or a name) to its process group."""
-        self._client._send(control_process(self._sandbox_id, self.id, signal=signal))
-
-    def resize(self, rows: int, cols: int) -> None:
-        """Resizes its terminal."""
-        self._client._send(control_process(self._sandbox_id, self.id, resize=PtySize(rows=rows, cols=cols)))
-
-    def delete(self) -> None:
-        """Kills it (and all it started) if it runs, and forgets it."""
-        self._client._send(delete_process(self._sandbox_id, self.id))
-
-
-class ProcessCommands:
-    """`commands.list()`, `connect()`, `kill()`, `send_stdin()` (mixed into `sync.Commands`)."""
-
-    _client: SandboxClient
-    _sandbox_id: str
-
-    def _start(self, command: Command, options: BackgroundOptions) -> ProcessHandle:
-        info = self._client._send(start_process(self._sandbox_id, command, options))
-        return ProcessHandle(self._client, self._sandbox_id, info)
-
-    def list(self) -> list[ProcessInfo]:
-        """The sandbox's background processes, running or ended."""
-        return self._client._send(list_processes(self._sandbox_id))
-
-    def connect(self, process_id: str) -> ProcessHandle:
-        return ProcessHandle(self._client, self._sandbox_id, self._client._send(get_process(self._sandbox_id,
-                                                                                            process_id)))
-
-    def kill(self, process_id: str, signal: int | str = "SIGKILL") -> None:
-        self._client._send(control_process(self._sandbox_id, process_id, signal=signal))
-
-    def send_stdin(self, process_id: str, data: str) -> None:
-        self._client._send(control_process(self._sandbox_id, process_id, stdin=data))
-
-
-class Shell(_Handle["SandboxClient"]):
-    """A shell session in a sandbox: its directory, environment and variables carry from command to command."""
-
-    def run(self, command: str, *, timeout: float | None = None, output_limit: int | None = None) -> ExecResult:
-        """Runs `command` in the session; `timeout` interrupts it (then kills it) and the session lives on."""
-        return self._client._send(run_in_shell(self._sandbox_id, self.id, command, timeout, output_limit))
-
-    def close(self) -> None:
-        with contextlib.suppress(errors.ProcessNotFound, errors.SandboxNotFound):
-            self._client._send(delete_process(self._sandbox_id, self.id))
-
-    def __enter__(self) -> Shell:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-
-def open_shell(client: SandboxClient, sandbox_id: str, **fields: Any) -> Shell:
-    return Shell(client, sandbox_id, client._send(start_shell(sandbox_id, **fields)))
-
-
-# -- asyncio --------------------------------------------------------------------------------------
-
-class AsyncProcessHandle(_Handle["AsyncSandboxClient"]):
-    """`ProcessHandle` with `await`."""
-
-    async def refresh(self) -> ProcessInfo:
-        self.info = await self._client._send(get_process(self._sandbox_id, self.id))
-        return self.info
-
-    async def events(self, offset: int | None = 0) -> AsyncIterator[ProcessEvent]:
-        path, _ = events_target(self._sandbox_id, self.id, offset)
-        try:
-            async for event in stream_events(self._client._exchange, self._sandbox_id, self.id, offset):
-                yield event
-        except httpx.TransportError as error:
-            raise connection_failed(self._client.base_url, "GET", path, error) from error
-
-    async def wait(self, on_stdout: OutputCallback | None = None, on_stderr: OutputCallback | None = None
-                   ) -> ExecResult:
-        collector = Collector(on_stdout, on_stderr)
-        events = self.events(0)
-        try:
-            async for event in events:
-                if collector.feed(event):
-                    break
-        finally:
-            await events.aclose()  # type: ignore[attr-defined]
-        return collector.done(self.id)
-
-    async def send_stdin(self, data: str) -> None:
-        await self._client._send(control_process(self._sandbox_id, self.id, stdin=data))
-
-    async def close_stdin(self) -> None:
-        await self._client._send(control_process(self._sandbox_id, self.id, close_stdin=True))
-
-    async def kill(self, signal: int | str = "SIGKILL") -> None:
-        await self._client._send(control_process(self._sandbox_id, self.id, signal=signal))
-
-    async def resize(self, rows: int, cols: int) -> None:
-        await self._client._send(control_process(self._sandbox_id, self.id, resize=PtySize(rows=rows, cols=cols)))
-
-    async def delete(self) -> None:
-        await self._client._send(delete_process(self._sandbox_id, self.id))
-
-
-class AsyncProcessCommands:
-    """`ProcessCommands` with `await` (mixed into `aio.AsyncCommands`)."""
-
-    _client: AsyncSandboxClient
-    _sandbox_id: str
-
-    async def _start(self, command: Command, options: BackgroundOptions) -> AsyncProcessHandle:
-        info = await self._client._send(start_process(self._sandbox_id, command, options))
-        return AsyncProcessHandle(self._client, self._sandbox_id, info)
-
-    async def list(self) -> list[ProcessInfo]:
-        return await self._client._send(list_processes(self._sandbox_id))
-
-    async def connect(self, process_id: str) -> AsyncProcessHandle:
-        info = await self._client._send(get_process(self._sandbox_id, process_id))
-        return AsyncProcessHandle(self._client, self._sandbox_id, info)
-
-    async def kill(self, process_id: str, signal: int | str = "SIGKILL") -> None:
-        await self._client._send(control_process(self._sandbox_id, process_id, signal=signal))
-
-    async def send_stdin(self, process_id: str, data: str) -> None:
-        await self._client._send(control_process(self._sandbox_id, process_id, stdin=data))
-
-
-class AsyncShell(_Handle["AsyncSandboxClient"]):
-    """`Shell` with `await`."""
-
-    async def run(self, command: str, *, timeout: float | None = None, output_limit: int | None = None
-                  ) -> ExecResult:
-        return await self._client._send(run_in_shell(self._sandbox_id, self.id, command, timeout, output_limit))
-
-    async def close(self) -> None:
-        with contextlib.suppress(errors.ProcessNotFound, errors.SandboxNotFound):
-            await self._client._send(delete_process(self._sandbox_id, self.id))
-
-    async def __aenter__(self) -> AsyncShell:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
-
-
-async def open_async_shell(client: AsyncSandboxClient, sandbox_id: str, **fields: Any) -> AsyncShell:
-    return AsyncShell(client, sandbox_id, await client._send(start_shell(sandbox_id, **fields)))

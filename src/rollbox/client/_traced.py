@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from rollbox import tracing
-from rollbox.client._calls import Call, StreamCall
+from rollbox.client._call import Call, StreamCall
 
 C = TypeVar("C", Call[Any], StreamCall[Any])
 _SANDBOXES = "/v1/sandboxes"

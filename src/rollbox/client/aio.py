@@ -12,17 +12,13 @@ import httpx
 
 from rollbox import errors, tracing
 from rollbox.client import _calls as calls
+from rollbox.client._call import Call, StreamCall
 from rollbox.client._exchange import Exchange
 from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed
 from rollbox.client._images import Images, Registries
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
-from rollbox.client._processes import (
-    AsyncProcessCommands,
-    AsyncProcessHandle,
-    AsyncShell,
-    BackgroundOptions,
-    open_async_shell,
-)
+from rollbox.client._process_handles import AsyncProcessCommands, AsyncProcessHandle, AsyncShell, open_async_shell
+from rollbox.client._processes import BackgroundOptions
 from rollbox.client._traced import traced
 from rollbox.client._transport import PoolTransport
 from rollbox.models import (
@@ -135,16 +131,16 @@ class AsyncSandboxClient:
 
     # -- transport ---------------------------------------------------------------------------
 
-    async def _send(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
+    async def _send(self, call: Call[T] | StreamCall[T]) -> T:
         if tracing.on:
             with traced(call) as call:
                 return await self._deliver(call)
         return await self._deliver(call)
 
-    async def _deliver(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
+    async def _deliver(self, call: Call[T] | StreamCall[T]) -> T:
         exchange = self._exchange
         try:
-            if isinstance(call, calls.StreamCall):
+            if isinstance(call, StreamCall):
                 return await exchange.streamed(call)
             for delay in RETRY_DELAYS if call.idempotent else ():
                 try:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from typing import Any, Literal, TypeVar, Unpack, overload
 
 import httpx
 
 from rollbox import errors, tracing
 from rollbox.client import _calls as calls
+from rollbox.client._call import Call, StreamCall
 from rollbox.client._http import (
     DEFAULT_TIMEOUT,
     RETRY_DELAYS,
@@ -22,7 +24,8 @@ from rollbox.client._http import (
 )
 from rollbox.client._images import Images, Registries
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
-from rollbox.client._processes import BackgroundOptions, ProcessCommands, ProcessHandle, Shell, open_shell
+from rollbox.client._process_handles import ProcessCommands, ProcessHandle, Shell, open_shell
+from rollbox.client._processes import BackgroundOptions
 from rollbox.client._traced import traced
 from rollbox.models import (
     ApplyEvent,
@@ -124,14 +127,14 @@ class SandboxClient:
 
     # -- transport ---------------------------------------------------------------------------
 
-    def _send(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
+    def _send(self, call: Call[T] | StreamCall[T]) -> T:
         if tracing.on:
             with traced(call) as call:
                 return self._deliver(call)
         return self._deliver(call)
 
-    def _deliver(self, call: calls.Call[T] | calls.StreamCall[T]) -> T:
-        if isinstance(call, calls.StreamCall):
+    def _deliver(self, call: Call[T] | StreamCall[T]) -> T:
+        if isinstance(call, StreamCall):
             return self._stream(call)
         for delay in RETRY_DELAYS if call.idempotent else ():
             try:
@@ -148,25 +151,29 @@ class SandboxClient:
             raise connection_failed(self.base_url, call.method, call.path, error) from error
         return call.parse(response)
 
-    def _request(self, call: calls.Call[T]) -> Answer:
+    def _request(self, call: Call[T]) -> Answer:
         return answer_of(self._http.send(self._settings.request(call.method, call.path, params=call.params,
                                                                 content=call.body, headers=call.headers,
                                                                 wait=call.wait)))
 
-    def _stream(self, call: calls.StreamCall[T]) -> T:
-        request = self._settings.request(call.method, call.path, content=call.body, headers=call.headers,
-                                         wait=call.wait)
+    def _stream(self, call: StreamCall[T]) -> T:
+        answer = call.answer()
+        for line in self._lines(call.method, call.path, content=call.body, headers=call.headers, wait=call.wait):
+            answer.feed(line)
+        return answer.result()
+
+    def _lines(self, method: str, path: str, *, params: dict[str, str] | None = None, content: str | None = None,
+               headers: dict[str, str] | None = None, wait: float | None = None) -> Iterator[str]:
+        """An NDJSON answer's lines as they arrive; an error answer raises."""
+        request = self._settings.request(method, path, params=params, content=content, headers=headers, wait=wait)
         try:
             with contextlib.closing(self._http.send(request, stream=True)) as response:
                 if not response.is_success:
                     response.read()
                     raise error_from(answer_of(response))
-                answer = call.answer()
-                for line in response.iter_lines():
-                    answer.feed(line)
-                return answer.result()
+                yield from response.iter_lines()
         except httpx.TransportError as error:
-            raise connection_failed(self.base_url, call.method, call.path, error) from error
+            raise connection_failed(self.base_url, method, path, error) from error
 
     def close(self) -> None:
         self._http.close()

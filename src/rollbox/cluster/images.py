@@ -24,9 +24,10 @@ Each = Callable[[Callable[[RemoteNode], Awaitable[object]], list[NodeState]], Aw
 
 class ClusterImages:
     def __init__(self, remote: Callable[[str], RemoteNode], answering: Callable[[], list[NodeState]],
-                 on_each: Each) -> None:
+                 serving: Callable[[], list[NodeState]], on_each: Each) -> None:
         self._remote = remote
         self._answering = answering
+        self._serving = serving
         self._on_each = on_each
         self.holders: dict[str, set[str]] = {}
         """Image reference -> names of the nodes that pulled or started it."""
@@ -41,10 +42,10 @@ class ClusterImages:
     def claimed(self, reference: str, node: str) -> None:
         self.holders.setdefault(reference, set()).add(node)
 
-    async def pull(self, tenant: str, request: ImagesRequest, serving: list[NodeState],
-                   progress: Callable[[str], None]) -> list[ImageInfo]:
+    async def pull(self, tenant: str, request: ImagesRequest, progress: Callable[[str], None]) -> list[ImageInfo]:
         """On every node with `all_nodes` (progress prefixed by node), else on the node that holds it or the one
         that has pulled least."""
+        serving = self._serving()
         if not serving:
             raise NodeUnavailable("no node of the cluster serves now: start node agents first")
         targets = serving if request.all_nodes else [self._puller(request.images[0], serving)]
@@ -59,8 +60,9 @@ class ClusterImages:
         answers = await asyncio.gather(*(one(node) for node in targets))
         return answers[0]
 
-    async def prefetch(self, tenant: str, request: ImagesRequest, serving: list[NodeState]) -> None:
+    async def prefetch(self, tenant: str, request: ImagesRequest) -> None:
         """Each image to one node (where it is, else the one with fewest pulls under way), or to every node."""
+        serving = self._serving()
         if not serving:
             raise NodeUnavailable("no node of the cluster serves now: start node agents first")
         batches: dict[str, list[str]] = {}

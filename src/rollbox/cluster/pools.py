@@ -37,6 +37,11 @@ class ClusterPool:
         return cls(metadata.name, spec.sandbox_template_ref.name, spec.replicas, spec.max_replicas,
                    spec.refill_concurrency, time.time_ns(), _own(metadata.labels))
 
+    def same_as(self, other: ClusterPool) -> bool:
+        """Whether `other` asks for what this pool does (its generation aside): applying it changes nothing."""
+        return (self.template, self.replicas, self.max_replicas, self.refill_concurrency, self.labels) == (
+            other.template, other.replicas, other.max_replicas, other.refill_concurrency, other.labels)
+
     def share(self, replicas: int) -> SandboxWarmPool:
         """The warm pool a node keeps for `replicas` of this one; it may grow in bursts as the whole may."""
         burst = None

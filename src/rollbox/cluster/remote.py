@@ -15,6 +15,7 @@ from rollbox import tracing
 from rollbox.client import _calls as calls
 from rollbox.client import _images as images
 from rollbox.client import _processes as processes
+from rollbox.client._call import Call, StreamCall
 from rollbox.client._exchange import Exchange
 from rollbox.client._http import Settings
 from rollbox.client._transport import PoolTransport
@@ -71,13 +72,13 @@ class RemoteNode:
                                                           socket=settings.socket))
         self._tenants: dict[str, dict[str, str]] = {}
 
-    async def send(self, tenant: str, call: calls.Call[T] | calls.StreamCall[T]) -> T:
+    async def send(self, tenant: str, call: Call[T] | StreamCall[T]) -> T:
         headers = self._tenants.get(tenant)
         if headers is None:
             headers = self._tenants[tenant] = {TENANT_HEADER: tenant}
         if tracing.on:  # the node agent's spans are children of the router's
             call = tracing.propagated(call)
-        if isinstance(call, calls.StreamCall):
+        if isinstance(call, StreamCall):
             return await self._exchange.streamed(call, headers)
         return call.parse(await self._exchange.whole(call, headers))
 
@@ -260,7 +261,7 @@ class RemoteNode:
         return info.model_dump(exclude_none=True, exclude={"status"})
 
 
-def _file_call(sandbox_id: str, op: FileOp, path: str, options: dict[str, Any]) -> calls.Call[Any]:
+def _file_call(sandbox_id: str, op: FileOp, path: str, options: dict[str, Any]) -> Call[Any]:
     """The HTTP call for one of `ContainerFiles`' operations, as the node's routes take it."""
     if op == "read":
         return calls.read_file(sandbox_id, path)

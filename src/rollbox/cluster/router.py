@@ -36,14 +36,10 @@ from rollbox.models import (
     ClaimRequest,
     ExecRequest,
     ExecResult,
-    ImageInfo,
-    ImagesRequest,
     ProcessControl,
     ProcessEvent,
     ProcessInfo,
     ProcessRequest,
-    RegistryInfo,
-    RegistryLogin,
     SandboxInfo,
     SandboxStats,
     ShellCommand,
@@ -55,6 +51,7 @@ from rollbox.models import (
     WarmPoolInfo,
 )
 from rollbox.node.base import FileOp, OutputCallback
+from rollbox.node.images import ImageOperations
 from rollbox.spec import Resource, SandboxTemplate
 
 log = logging.getLogger("rollbox.cluster")
@@ -65,7 +62,7 @@ RESTART_WAIT = 5.0
 it), before it answers 503."""
 
 
-class ClusterNode:
+class ClusterNode(ImageOperations):
     def __init__(self, members: Members, secret: str, *, node_capacity: int = 64, release_idle: bool = False,
                  tick: float | None = None, data_plane: str = "python") -> None:
         self._secret = secret
@@ -77,7 +74,7 @@ class ClusterNode:
         """Ready warm sandboxes per (node, pool), as last reported, less the claims sent there since."""
         self._reported: dict[str, NodeState] | None = None
         self._volumes = ClusterVolumes(self._remote, self._answering)
-        self._images = ClusterImages(self._remote, self._answering, self._on_each)
+        self._images = self.image_service = ClusterImages(self._remote, self._answering, self._serving, self._on_each)
         self.data_plane = data_plane
         """Who forwards commands and file calls to their nodes: "nginx" in front of the router, or the router
         itself (cluster/serve.py)."""
@@ -316,33 +313,6 @@ class ClusterNode:
     async def delete_volume(self, tenant: str, name: str) -> None:
         await self._volumes.delete(tenant, name)
 
-    # -- images (rollbox.cluster.images) ---------------------------------------------------------
-
-    async def pull_images(self, tenant: str, request: ImagesRequest, progress: Callable[[str], None]
-                          ) -> list[ImageInfo]:
-        return await self._images.pull(tenant, request, self._serving(), progress)
-
-    async def prefetch(self, tenant: str, request: ImagesRequest) -> None:
-        await self._images.prefetch(tenant, request, self._serving())
-
-    async def images(self, tenant: str) -> list[ImageInfo]:
-        return await self._images.images(tenant)
-
-    async def remove_image(self, tenant: str, reference: str) -> None:
-        await self._images.remove(tenant, reference)
-
-    async def prune_images(self) -> int:
-        return await self._images.prune()
-
-    async def login(self, tenant: str, host: str, login: RegistryLogin) -> RegistryInfo:
-        return await self._images.login(tenant, host, login)
-
-    async def registries(self, tenant: str) -> list[RegistryInfo]:
-        return await self._images.registries(tenant)
-
-    async def logout(self, tenant: str, host: str) -> None:
-        await self._images.logout(tenant, host)
-
     # -- resources --------------------------------------------------------------------------
 
     async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
@@ -358,7 +328,7 @@ class ClusterNode:
             return "created" if "created" in statuses else "configured" if "configured" in statuses else "unchanged"
         before = read_pools(self.watcher.view.values()).get(resource.metadata.name)
         pool = ClusterPool.applied(resource)
-        if before is not None and _same(before, pool):
+        if before is not None and before.same_as(pool):
             return "unchanged"
         await self._check_template(pool.template, nodes)
         await self.watcher.place({**read_pools(self.watcher.view.values()), pool.name: pool}, self._serving())
@@ -434,9 +404,3 @@ def _answered(what: str) -> Iterator[None]:
         yield
     except httpx.TransportError as error:
         raise NodeUnavailable(f"a node stopped answering during {what} ({error}); try again shortly") from None
-
-
-def _same(before: ClusterPool, after: ClusterPool) -> bool:
-    return (before.template, before.replicas, before.max_replicas, before.refill_concurrency, before.labels) == (
-        after.template, after.replicas, after.max_replicas, after.refill_concurrency, after.labels)
-

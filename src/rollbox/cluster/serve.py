@@ -13,7 +13,7 @@ import uvloop
 
 from rollbox import tracing
 from rollbox._signals import exit_on_sigterm
-from rollbox.cluster import edge
+from rollbox.cluster import edge, edge_config
 from rollbox.cluster.forwarding import Forwarding
 from rollbox.cluster.router import ClusterNode
 from rollbox.cluster.watcher import TICK, Members
@@ -69,7 +69,7 @@ def _nginx(data_plane: DataPlane, secret: str) -> str | None:
     found = edge.available()
     why = ("nginx is not installed" if found is None else "tracing is on" if tracing.on
            else "the cluster secret has characters nginx's configuration cannot hold as they are"
-           if not edge.SAFE.fullmatch(secret) else None)
+           if not edge_config.SAFE.fullmatch(secret) else None)
     if why is None:
         return found
     if data_plane == "nginx":

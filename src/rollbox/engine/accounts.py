@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollbox.engine.files import openat2
+from rollbox.engine.descriptors import openat2
 from rollbox.errors import InvalidRequest
 
 _MAX_TABLE = 16 * 2**20

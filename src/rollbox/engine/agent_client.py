@@ -22,6 +22,9 @@ OutputCallback = Callable[[str], None]
 _HEADER = struct.Struct(">cI")
 CONNECT_TIMEOUT = 5.0
 """Seconds to reach an agent before it counts as lost."""
+ANSWER_TIMEOUT = 30.0
+"""Seconds to wait for the agent to answer an operation that is not a command or a stream before it counts as
+lost."""
 ANSWER_GRACE = 30.0
 """Seconds past a command's timeout after which its agent counts as lost. The agent enforces the timeout
 itself; this only guards against an agent that stopped answering."""

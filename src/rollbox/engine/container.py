@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -12,9 +12,6 @@ from rollbox.engine.files import ContainerFiles
 from rollbox.engine.store import ContainerRecord
 from rollbox.errors import SandboxNotFound
 from rollbox.models import ExecResult, SandboxStats, SnapshotInfo
-
-if TYPE_CHECKING:
-    from rollbox.engine.engine import Engine
 
 ContainerState = Literal["running", "paused", "standby", "stopped"]
 """standby: saved to disk with its processes, resumed by its next call (gVisor)."""
@@ -40,10 +37,26 @@ class ContainerInfo(BaseModel):
                    snapshot=record.snapshot, parent=record.parent, labels=record.labels)
 
 
+class Containers(Protocol):
+    """What a handle calls: the engine's operations on a container, by its id (`Engine` is the one)."""
+
+    def exec(self, container_id: str, command: str | Sequence[str], **options: Any) -> ExecResult: ...
+    async def exec_async(self, container_id: str, command: str | Sequence[str], **options: Any) -> ExecResult: ...
+    def files(self, container_id: str) -> ContainerFiles: ...
+    def info(self, container_id: str) -> ContainerInfo: ...
+    def stats(self, container_id: str) -> SandboxStats: ...
+    def reset(self, container_id: str) -> None: ...
+    def fork(self, container_id: str, count: int) -> list[Container]: ...
+    def snapshot(self, container_id: str, name: str) -> SnapshotInfo: ...
+    def pause(self, container_id: str) -> None: ...
+    def resume(self, container_id: str) -> None: ...
+    def delete(self, container_id: str) -> None: ...
+
+
 class Container:
     """A handle on one container of an engine: the engine's calls with its id filled in."""
 
-    def __init__(self, engine: Engine, container_id: str) -> None:
+    def __init__(self, engine: Containers, container_id: str) -> None:
         self.engine = engine
         self.id = container_id
 
@@ -51,10 +64,10 @@ class Container:
         return f"Container({self.id!r})"
 
     def exec(self, command: str | Sequence[str], **options: object) -> ExecResult:
-        return self.engine.exec(self.id, command, **options)  # type: ignore[arg-type]
+        return self.engine.exec(self.id, command, **options)
 
     async def exec_async(self, command: str | Sequence[str], **options: object) -> ExecResult:
-        return await self.engine.exec_async(self.id, command, **options)  # type: ignore[arg-type]
+        return await self.engine.exec_async(self.id, command, **options)
 
     @property
     def files(self) -> ContainerFiles:

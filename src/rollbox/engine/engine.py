@@ -3,7 +3,9 @@
 Every container's init is the exec agent, over an overlay of read-only layers and its own tmpfs
 upper. The engine records each one in its store before touching the machine, so a restarted engine
 adopts what runs and removes what nobody knows (`recovery`). Starting and stopping containers is the
-`launcher`'s job, turning a caller's command into the agent's request `commands`'.
+`launcher`'s job, turning a caller's command into the agent's request `commands`'. The steps the
+operations share are `lifecycle`'s; fork and snapshot are `layering`'s (files) and `live`'s (processes
+and memory too).
 """
 
 from __future__ import annotations
@@ -12,13 +14,10 @@ import contextlib
 import secrets
 import shutil
 import threading
-import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
-from rollbox.engine import accounting, accounts, mounts, recovery, volumes
+from rollbox.engine import accounting, mounts, recovery, volumes
 from rollbox.engine.agent import agent_binary, compat_library
 from rollbox.engine.agent_client import AgentRequest, OutputCallback
 from rollbox.engine.builder import Builder, Progress
@@ -26,29 +25,26 @@ from rollbox.engine.cgroups import Cgroups
 from rollbox.engine.checkpoints import Checkpoints
 from rollbox.engine.commands import agent_request
 from rollbox.engine.container import Container, ContainerInfo
-from rollbox.engine.expiry import Reaper
 from rollbox.engine.files import ContainerFiles
 from rollbox.engine.images.registry import Credentials, RegistrySettings
 from rollbox.engine.images.store import ImageStore, PulledImage
 from rollbox.engine.launcher import Launcher
+from rollbox.engine.layering import Layering
 from rollbox.engine.layers import UPPER_PREFIX, LayerStore
+from rollbox.engine.lifecycle import Lifecycle
 from rollbox.engine.live import Live
 from rollbox.engine.network import Networks
 from rollbox.engine.processes import ContainerProcesses
 from rollbox.engine.runtimes import Runtime
 from rollbox.engine.store import ContainerRecord, Image, Store
 from rollbox.engine.templates import Templates
-from rollbox.errors import InvalidRequest, RestoreFailed, RuntimeUnavailable, SandboxNotFound, SnapshotNotFound
+from rollbox.errors import InvalidRequest, SandboxNotFound, SnapshotNotFound
 from rollbox.models import MAX_FORK, ExecResult, SandboxStats, SnapshotInfo
 from rollbox.spec import Limits, SandboxTemplate
 
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox")
 RUN_ROOT = Path("/run/rollbox")
 """Where each engine keeps its containers' sockets, in `<engine id>/` unless given a `run_dir`."""
-FORK_COPY_BYTES = 8 * 2**20
-"""A parent that has written at most this much keeps running through a fork: its files are copied into each
-child's upper while its processes are frozen. Past it, copying would cost more than freezing the upper in
-place as a shared layer, which restarts the parent."""
 
 
 class Engine:
@@ -74,17 +70,19 @@ class Engine:
         self.launcher = Launcher(self.data_dir, self.run_dir, self.layers, self.cgroups, self.networks,
                                  agent_binary(self.data_dir / "bin"), compat_library(self.data_dir / "bin"))
         self.images = ImageStore(self.layers, self.data_dir / "images", self.data_dir / "build",
-                                 registries or RegistrySettings(), self._held_layers, image_budget)
+                                 registries or RegistrySettings(), lambda: self._templates.layers_held(), image_budget)
         self.builder = Builder(self.layers, self.runtime("runc"), self.data_dir / "build", self.cgroups, self.images)
         self._templates = Templates(self.store, self.builder, self.runtime)
         self.volumes = volumes.Volumes(self.data_dir)
         self.checkpoints = Checkpoints(self.data_dir, self.launcher, checkpoint_budget)
-        self._live = Live(self)
-        self._lock = threading.RLock()
-        self._container_locks: dict[str, threading.RLock] = {}
-        self._records = {record.id: record for record in self.store.containers()}
-        """Every container's record, mirrored from the store: commands never wait on SQLite."""
-        self._reaper = Reaper(self._records, self.delete)
+        self._lifecycle = Lifecycle(self.store, self.layers, self.launcher, self._templates, self.checkpoints,
+                                    self.delete)
+        self._records = self._lifecycle.records
+        self._record = self._lifecycle.record
+        self._locked = self._lifecycle.locked
+        self._layering = Layering(self._lifecycle, self.cgroups, self.delete)
+        self._live = Live(self._lifecycle, self.delete)
+        self._lock = threading.Lock()  # one collection of layers at a time
         if recover:
             self.recover()
 
@@ -132,84 +130,12 @@ class Engine:
         else:
             image = self._templates.image(template)
         spec = self._templates.get(template).spec
-        record = self._new_record(template, spec.runtime, image, limits or spec.limits, env or {}, labels or {})
+        record = self._lifecycle.new_record(template, spec.runtime, image, limits or spec.limits, env or {},
+                                            labels or {})
         record.snapshot = snapshot
         record.volumes = [volumes.attachment(self.volumes.get(key), path, ro) for key, path, ro in volume_mounts]
-        self._launch(record, checkpoint=image.checkpoint)
+        self._lifecycle.launch(record, checkpoint=image.checkpoint)
         return Container(self, record.id)
-
-    def _new_record(self, template: str, runtime: str, image: Image, limits: Limits, env: dict[str, str],
-                    labels: dict[str, str]) -> ContainerRecord:
-        account = accounts.resolve(self.layers.stack_paths(image.layers), image.user)
-        now = time.time()
-        return ContainerRecord(
-            id=secrets.token_hex(8), template=template, runtime=runtime, image=image, baseline=image,
-            upper="", generation=0, limits=limits.model_dump(), env=env, uid=account.uid, gid=account.gid,
-            groups=list(account.groups), home=image.workdir or account.home, created_at=now,
-            expires_at=now + limits.shutdown_after if limits.shutdown_after else None, labels=labels,
-        )
-
-    def _launch(self, record: ContainerRecord, seed: Path | None = None, checkpoint: str | None = None, *,
-                keep: bool = False) -> None:
-        """Starts a container on a new upper (a copy of the upper directory `seed`, or empty), restoring the
-        processes saved in the image `checkpoint` if given. A start that fails leaves nothing of itself, and the
-        container is forgotten, unless `keep` (its caller starts it another way)."""
-        record.upper = self.layers.new_upper_id()
-        self._save(record)
-        try:
-            self.layers.create_upper(record.upper, Limits(**record.limits).disk, seed)
-            image = self.checkpoints.restorable(checkpoint) if checkpoint else None
-            self.launcher.start(record, self._templates.network(record.template), image)
-        except RuntimeUnavailable as error:
-            self._failed_start(record, keep)
-            if checkpoint and record.volumes and "read-only file system" in str(error):
-                raise RestoreFailed(f"a process of the sandbox holds a file of a volume open for writing, and a "
-                                    f"fork's children mount volumes read-only: close it first ({error})") from None
-            if checkpoint:
-                raise RestoreFailed(f"checkpoint image {checkpoint} could not be restored (corrupt?): {error}; "
-                                    "nothing of the new container is left") from None
-            raise
-        except BaseException:
-            self._failed_start(record, keep)
-            raise
-        if record.expires_at:
-            self._reaper.ensure()
-
-    def _failed_start(self, record: ContainerRecord, keep: bool) -> None:
-        """Removes what a start that failed made; forgets the container too, unless its caller starts it again."""
-        if keep:
-            self.launcher.remove(record)
-        else:
-            self._destroy(record)
-
-    def _restart(self, record: ContainerRecord) -> None:
-        """Starts a container that died again over the same files, as its next generation."""
-        self.launcher.stop(record)
-        record.generation += 1
-        record.state = "running"
-        self._save(record)
-        self.launcher.start(record, self._templates.network(record.template))
-
-    def _destroy(self, record: ContainerRecord) -> None:
-        self.launcher.remove(record)
-        self.store.delete_container(record.id)
-        self._records.pop(record.id, None)
-        with self._lock:
-            self._container_locks.pop(record.id, None)
-
-    def _record(self, container_id: str) -> ContainerRecord:
-        record = self._records.get(container_id)
-        if record is None:
-            raise SandboxNotFound(f"container {container_id!r} does not exist (deleted, expired or never created)")
-        return record
-
-    def _save(self, record: ContainerRecord) -> None:
-        self.store.put_container(record)
-        self._records[record.id] = record
-
-    def _locked(self, container_id: str) -> threading.RLock:
-        with self._lock:
-            return self._container_locks.setdefault(container_id, threading.RLock())
 
     def alive(self, container_id: str) -> bool:
         """Whether the container's agent answers (a paused container counts as alive)."""
@@ -239,7 +165,7 @@ class Engine:
             record = self._record(container_id)
             if record.state == "paused":
                 self.cgroups.freeze(record.oci_id, False)
-            self._destroy(record)
+            self._lifecycle.destroy(record)
         if _has_frozen_layers(record.image):
             self.collect_layers()
         if record.checkpoint or record.baseline.checkpoint:
@@ -252,80 +178,37 @@ class Engine:
         with self._locked(container_id):
             record = self._record(container_id)
             old_image = record.image
-            self.launcher.stop(record)
-            self.layers.remove(record.upper)
-            record.image = record.baseline
-            record.generation += 1
-            record.state = "running"
-            standby, record.checkpoint = record.checkpoint, None
-            if standby:
-                self.checkpoints.remove(standby)
-            self._launch(record, checkpoint=record.baseline.checkpoint)
+            self._lifecycle.reset(record)
         if _has_frozen_layers(old_image):
             self.collect_layers()
 
-    def _freeze_upper(self, record: ContainerRecord) -> Image:
-        """Stops the container, turns its upper into a read-only layer and restarts it over that layer."""
-        self.launcher.stop(record)
-        layer = self.layers.promote(record.upper)
-        record.image = replace(record.image, layers=[layer, *record.image.layers])
-        record.generation += 1
-        record.state = "running"
-        return record.image
-
     def fork(self, container_id: str, count: int) -> list[Container]:
-        """Gives `count` new containers starting from this one's files; their processes start afresh.
-
-        A parent that has written little (FORK_COPY_BYTES) keeps running, its processes frozen while its
-        files are copied. A larger one has its upper frozen in place as a layer the children share, at a
-        cost independent of its size, and restarts over it too (its processes do not carry over).
-        """
+        """Gives `count` new containers starting from this one's files (`layering`), and from its processes and
+        memory too where its runtime can checkpoint (`live`)."""
         if not 1 <= count <= MAX_FORK:
             raise InvalidRequest(f"fork count must be between 1 and {MAX_FORK}")
         with self._locked(container_id):
             parent = self._record(container_id)
             self.launcher.check_startable(parent, "fork")
             if self.carries_memory(container_id):
-                return [Container(self, child.id) for child in self._live.fork(self._awake(parent), count)]
-            copied = self.layers.upper_bytes(parent.upper) <= FORK_COPY_BYTES
-            image = parent.image if copied else self._freeze_upper(parent)
-            children = [self._new_record(parent.template, parent.runtime, image, Limits(**parent.limits),
-                                         parent.env, parent.labels) for _ in range(count)]
-            for child in children:
-                child.baseline, child.parent, child.snapshot = parent.baseline, parent.id, parent.snapshot
-                child.volumes = volumes.read_only(parent.volumes)
-            seed = self.layers.upper_dirs(parent.upper)[0] if copied else None
-            hold = copied and parent.state == "running"
-            with ThreadPoolExecutor(max_workers=min(count + 1, 8)) as pool:
-                if hold:
-                    self.cgroups.freeze(parent.oci_id, True)
-                try:
-                    results = [pool.submit(self._launch, child, seed) for child in children]
-                    if not copied:
-                        results.append(pool.submit(self._launch, parent))
-                    errors = [f.exception() for f in results if f.exception()]
-                finally:
-                    if hold:
-                        self.cgroups.freeze(parent.oci_id, False)
-            if errors:
-                for child in children:
-                    with contextlib.suppress(Exception):
-                        self.delete(child.id)
-                raise errors[0]  # type: ignore[misc]
+                children = self._live.fork(self._awake(parent), count)
+            else:
+                children = self._layering.fork(parent, count)
         return [Container(self, child.id) for child in children]
 
     def snapshot(self, container_id: str, name: str) -> SnapshotInfo:
-        """Saves the container's files under `name`; new containers can start from it."""
+        """Saves the container's files (and, where its runtime can checkpoint, its processes and memory) under
+        `name`; new containers can start from it."""
         with self._locked(container_id):
             record = self._record(container_id)
             self.launcher.check_startable(record, "snapshot")
-            if self.carries_memory(container_id):
-                return self._live.snapshot(self._awake(record), name)
-            image = self._freeze_upper(record)
-            now = time.time()
-            self.store.put_snapshot(name, record.template, image, record.id, now)
-            self._launch(record)
-        return SnapshotInfo(name=name, template=record.template, created_at=now, source=record.id)
+            if not self.carries_memory(container_id):
+                now = self._layering.snapshot(record, name)
+                return SnapshotInfo(name=name, template=record.template, created_at=now, source=record.id)
+            now = self._live.snapshot(self._awake(record), name)
+            self.collect_checkpoints()  # the image of a snapshot this one replaced
+            return SnapshotInfo(name=name, template=record.template, created_at=now, source=record.id, memory=True,
+                                size=self.snapshot_size(name))
 
     def snapshots(self) -> list[SnapshotInfo]:
         return [SnapshotInfo(name=n, template=t, created_at=c, source=s, memory=i.checkpoint is not None,
@@ -385,7 +268,7 @@ class Engine:
             elif record.state == "running":
                 self.cgroups.freeze(record.oci_id, True)
                 record.state = "paused"
-                self._save(record)
+                self._lifecycle.save(record)
 
     def resume(self, container_id: str) -> None:
         with self._locked(container_id):
@@ -393,7 +276,7 @@ class Engine:
             if record.state == "paused":
                 self.cgroups.freeze(record.oci_id, False)
                 record.state = "running"
-                self._save(record)
+                self._lifecycle.save(record)
 
     # -- commands and files -----------------------------------------------------------------
 
@@ -453,24 +336,12 @@ class Engine:
         """Adopts the containers the store knows (starting again those that died) and removes everything of
         this engine it does not know."""
         self.volumes.recover()
-        self._records.clear()
-        self._records.update((record.id, record) for record in self.store.containers())
-        for record in list(self._records.values()):
-            try:
-                if not recovery.still_running(self.launcher, record):
-                    self._restart(record)
-            except Exception:
-                with contextlib.suppress(Exception):
-                    self._destroy(record)
+        recovery.adopt(self._lifecycle)
         recovery.remove_orphans(self.launcher, list(self._records.values()), self.builder.work_dir)
         self.collect_layers()
         self.collect_checkpoints()
         if any(record.expires_at for record in self._records.values()):
-            self._reaper.ensure()
-
-    def _held_layers(self) -> set[str]:
-        """The image layers something besides an image holds: a template of the user's, a snapshot, a container."""
-        return self.store.referenced_layers(skip_templates=self._templates.from_images())
+            self._lifecycle.reaper.ensure()
 
     def collect_layers(self) -> None:
         """Removes container-made layers (frozen uppers) that no container or snapshot uses any more."""
@@ -512,7 +383,7 @@ class Engine:
         """Stops background work. Containers keep running, and a new engine on the same data adopts them;
         when none is left, the engine's run directory and cgroup parents go too, so that a stopped server
         leaves nothing on the machine outside its data directory."""
-        self._reaper.stop()
+        self._lifecycle.reaper.stop()
         self.store.close()
         self.images.close()
         if not self._records:
@@ -529,8 +400,6 @@ class Engine:
 
 
 def _has_frozen_layers(image: Image) -> bool:
-    """Whether dropping a container over `image` can leave a frozen upper unused.
-
-    Only then is `collect_layers` worth its cost, which grows with the number of containers.
-    """
+    """Whether dropping a container over `image` can leave a frozen upper unused: only then is `collect_layers`
+    worth its cost, which grows with the number of containers."""
     return any(layer.startswith(UPPER_PREFIX) for layer in image.layers)

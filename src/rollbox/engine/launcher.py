@@ -33,7 +33,7 @@ from rollbox.models import SandboxStats
 from rollbox.spec import Limits, Network
 
 LOCKOUT_ID = 2147483646
-"""Who owns a container's socket directory (agent.c's LOCKOUT_ID): commands are locked out of it."""
+"""Who owns a container's socket directory (agent.h's LOCKOUT_ID): commands are locked out of it."""
 HOLD_TIMEOUT = 5.0
 """Seconds the agent has to close its socket before a checkpoint."""
 ACCOUNTS_FILES = ("/etc/passwd", "/etc/group")

@@ -20,7 +20,7 @@ COMPAT_PATH = "/.rollbox/compat.so"
 AGENT_SOCKET_DIR = "/.rollbox/run"
 SANDBOX_ROOT = "/.rollbox/root"
 """Where the sandbox's own root filesystem is bound (read-only, without submounts): the lower layer of its
-isolated commands' throw-away roots (agent/agent.c)."""
+isolated commands' throw-away roots (agent/command.c)."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 AGENT_CAPABILITIES = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP", "CAP_SETFCAP", "CAP_CHOWN"]
 """CAP_CHOWN only until the agent has locked commands out of its socket directory (then it drops it);

@@ -3,7 +3,7 @@
 The agent keeps each background process's output in the sandbox (`agent/processes.c` has the wire format),
 so the host holds nothing between calls: every operation is one short connection, and a stream of events
 reads the agent's socket only as fast as its consumer takes events, so a reader that stops leaves the
-output to the agent's bounded ring, never to the host's memory.
+output to the agent's bounded ring, never to the host's memory. A shell session's commands are `shells`'.
 """
 
 from __future__ import annotations
@@ -12,12 +12,20 @@ import asyncio
 import codecs
 import contextlib
 import secrets
-import shlex
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollbox.engine.agent_client import _HEADER, CONNECT_TIMEOUT, AgentClient, AgentRequest, _frame, _lost
+from rollbox.engine.agent_client import (
+    _HEADER,
+    ANSWER_TIMEOUT,
+    CONNECT_TIMEOUT,
+    AgentClient,
+    AgentRequest,
+    _frame,
+    _lost,
+)
+from rollbox.engine.shells import SHELL, ShellRun
 from rollbox.errors import (
     CapacityExceeded,
     Conflict,
@@ -31,23 +39,15 @@ from rollbox.models import ExecResult, ProcessControl, ProcessEvent, ProcessInfo
 BuildRequest = Callable[..., AgentRequest]
 """Makes the agent's request for a command from a caller's options (`Engine._agent_request`, bound)."""
 PTY_TERM = "xterm-256color"
-SHELL = "if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; else exec /bin/sh; fi"
-"""A shell session runs bash where the sandbox has it, else /bin/sh."""
 STREAM_BUFFER = 1 << 16
 """Bytes of a process's output a stream reads ahead of its consumer (asyncio holds up to twice this): what the
 host holds for a reader that stopped reading. The rest waits in the agent's ring."""
-ANSWER_TIMEOUT = 30.0
-"""Seconds to wait for the agent to answer an operation (not a stream) before it counts as lost."""
 RELISTEN_WAIT = 30.0
 """Seconds a stream that a checkpoint let go of waits for the sandbox to listen again (a fork's restores)."""
-INTERRUPT_GRACE = 1.0
-"""Seconds a shell command has to end after its interrupt (SIGINT) before it is killed."""
-KILL_GRACE = 10.0
 NO_ROOM = b"rollbox-agent: fork failed"
 """How the agent answers a connection it had no process to serve (the sandbox is at its pids limit)."""
 NO_ROOM_RETRIES = 100
 """Tries, 50 ms apart, at a sandbox at its pids limit: killing a fork bomb needs one connection to get through."""
-"""Seconds a killed shell command has to be reported before the shell counts as stuck."""
 
 
 def _line(kind: bytes, text: str | int) -> bytes:
@@ -305,47 +305,6 @@ async def _output(connection: _Connection, offset: int) -> AsyncIterator[Process
             return
 
 
-class _Kept:
-    """One stream of a shell command: the first `limit` bytes, and a tail in which to look for its marker."""
-
-    def __init__(self, marker: bytes, limit: int) -> None:
-        self.marker = marker
-        self.limit = limit
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-        self.end: int | None = None
-        """Where the marker starts, once seen; what follows it up to its closing byte is its payload."""
-        self.payload = b""
-
-    def feed(self, data: bytes) -> None:
-        if self.end is not None:
-            return
-        if len(self.head) < self.limit:
-            self.head += data[:self.limit - len(self.head)]
-        self.tail += data
-        self.total += len(data)
-        at = self.tail.find(self.marker)
-        if at >= 0:
-            close = self.tail.find(b"\x1e", at + len(self.marker))
-            if close >= 0:
-                self.end = self.total - len(self.tail) + at
-                self.payload = bytes(self.tail[at + len(self.marker):close])
-                return
-            return  # the marker's payload is still coming: keep the tail whole
-        keep = len(self.marker) + 32
-        del self.tail[:-keep]
-
-    @property
-    def text(self) -> str:
-        end = self.total if self.end is None else self.end
-        return bytes(self.head[:end]).decode(errors="replace")
-
-    @property
-    def truncated(self) -> bool:
-        return (self.total if self.end is None else self.end) > self.limit
-
-
 class _NoRoom(Exception):
     """The agent had no process to serve a connection."""
 
@@ -353,62 +312,3 @@ class _NoRoom(Exception):
 def _no_room() -> CapacityExceeded:
     return CapacityExceeded("the sandbox is at its process limit and its agent cannot serve the call: kill some of "
                             "its processes (or reset it) and try again")
-
-
-class ShellRun:
-    """One command in a shell session, SWE-agent style: written to the shell's stdin, with markers printed
-    after it on stdout (with its exit status) and on stderr, which end its output.
-
-    The command runs through `eval` (a syntax error fails the command, not the session) with stdin from
-    /dev/null (it cannot eat the commands that follow). Its timeout interrupts everything the shell
-    started (SIGINT, then SIGKILL) and never the shell, whose directory, variables and functions stay.
-    """
-
-    def __init__(self, connection: _Connection, command: ShellCommand, output_limit: int) -> None:
-        self.connection = connection
-        self.command = command
-        nonce = secrets.token_hex(8)
-        self.out = _Kept(f"\x1e{nonce}:".encode(), output_limit)
-        self.err = _Kept(f"\x1e{nonce}:".encode(), output_limit)
-        self.script = (f"eval {shlex.quote(command.command)} </dev/null\n"
-                       f"printf '\\036{nonce}:%d\\036' \"$?\"; printf '\\036{nonce}:\\036' >&2\n")
-        self.ended: ExecResult | None = None
-
-    async def run(self) -> ExecResult:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        connection = self.connection
-        async with asyncio.timeout(ANSWER_TIMEOUT):
-            await connection.send(_frame(b"i", self.script.encode()), _frame(b"x", b""))
-        timed_out = False
-        if not await self._until_markers(self.command.timeout):
-            timed_out = True
-            for signal, grace in ((2, INTERRUPT_GRACE), (9, KILL_GRACE)):
-                await connection.send(_line(b"S", signal), _frame(b"x", b""))
-                if await self._until_markers(grace):
-                    break
-            else:
-                raise Conflict(f"shell session {connection.process_id}: the command did not end when killed; "
-                               "delete the session and start a new one")
-        status = self.out.payload.decode()
-        return ExecResult(
-            exit_code=None if timed_out else int(status), stdout=self.out.text, stderr=self.err.text,
-            timed_out=timed_out, stdout_truncated=self.out.truncated, stderr_truncated=self.err.truncated,
-            duration_ms=(loop.time() - started) * 1000)
-
-    async def _until_markers(self, timeout: float | None) -> bool:
-        """Reads output until both markers came (True) or `timeout` passed (False)."""
-        try:
-            async with asyncio.timeout(timeout):
-                while self.out.end is None or self.err.end is None:
-                    kind, payload = await self.connection.frame()
-                    if kind == b"o":
-                        self.out.feed(payload)
-                    elif kind == b"r":
-                        self.err.feed(payload)
-                    elif kind == b"z":
-                        raise Conflict(f"shell session {self.connection.process_id} ended (its shell exited): "
-                                       "start a new one")
-        except TimeoutError:
-            return False
-        return True

@@ -7,13 +7,27 @@ died is started again over its files; whatever of this engine the store does not
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
 from rollbox.engine.launcher import Launcher
 from rollbox.engine.layers import remove_tree
+from rollbox.engine.lifecycle import Lifecycle
 from rollbox.engine.store import ContainerRecord
 from rollbox.errors import SandboxNotRunning
+
+
+def adopt(lifecycle: Lifecycle) -> None:
+    """Reads the store's records again and starts each container that died again over its files; one that cannot
+    start is removed."""
+    for record in lifecycle.reload():
+        try:
+            if not still_running(lifecycle.launcher, record):
+                lifecycle.restart(record)
+        except Exception:
+            with contextlib.suppress(Exception):
+                lifecycle.destroy(record)
 
 
 def still_running(launcher: Launcher, record: ContainerRecord) -> bool:

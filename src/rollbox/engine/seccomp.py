@@ -7,7 +7,7 @@ perf events, and the mount family.
 
 The exec agent needs a few of those calls to run isolated commands (namespaces, mounts, pivot_root):
 sandboxes whose init is the agent get them from this profile, and the agent takes them away from
-every command it runs with a filter of its own (`deny_namespaces` in agent/agent.c).
+every command it runs with a filter of its own (`deny_namespaces` in agent/command.c).
 """
 
 from __future__ import annotations

@@ -58,6 +58,10 @@ class Templates:
     def from_images(self) -> frozenset[str]:
         return frozenset(name for name in self.names() if name.startswith(IMAGE_PREFIX))
 
+    def layers_held(self) -> set[str]:
+        """The layers something besides an image holds: a template of the user's, a snapshot, a container."""
+        return self.store.referenced_layers(skip_templates=self.from_images())
+
     def get(self, name: str) -> SandboxTemplate:
         return SandboxTemplate.model_validate_json(self._found(name)[0])
 

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from anyio import to_thread
 
@@ -21,7 +22,8 @@ from rollbox.engine.images.catalog import ImageRecord
 from rollbox.engine.images.reference import parse
 from rollbox.engine.images.registry import Credentials
 from rollbox.errors import ImageNotFound, InvalidRequest, NotFound, RollboxError
-from rollbox.models import ImageInfo, ImagesRequest, RegistryInfo, RegistryLogin
+from rollbox.models import ClaimRequest, ImageInfo, ImagesRequest, RegistryInfo, RegistryLogin
+from rollbox.node.pools import WarmPool
 from rollbox.node.store import NodeStore
 
 Say = Callable[[str], None]
@@ -57,12 +59,25 @@ class NodeImages:
 
     # -- images ------------------------------------------------------------------------------
 
-    async def pull(self, tenant: str, reference: str, progress: Say | None = None) -> ImageInfo:
+    async def pull(self, tenant: str, request: ImagesRequest, progress: Say | None = None) -> list[ImageInfo]:
         say = _threadsafe(progress)
-        pulled = await to_thread.run_sync(self.engine.images.pull, reference, self.credentials(tenant), say)
-        await to_thread.run_sync(self.store.add_image_tenant, pulled.digest, tenant)
-        self._known.add((tenant, pulled.digest))
-        return self._info(self.engine.images.get(pulled.digest), {})
+        pulled = []
+        for reference in request.images:
+            image = await to_thread.run_sync(self.engine.images.pull, reference, self.credentials(tenant), say)
+            await to_thread.run_sync(self.store.add_image_tenant, image.digest, tenant)
+            self._known.add((tenant, image.digest))
+            pulled.append(self._info(self.engine.images.get(image.digest), {}))
+        return pulled
+
+    async def template_for(self, tenant: str, request: ClaimRequest, pool: Callable[[str], WarmPool]) -> str:
+        """The template a claim of an image starts from; `pool` finds a warm pool it names, which must hold it."""
+        assert request.image is not None
+        if request.template is not None or request.snapshot is not None:
+            raise InvalidRequest("give an image, a template or a snapshot to start from, not two of them")
+        template = await self.template(tenant, request.image)
+        if request.warmpool is not None and pool(request.warmpool).template != template:
+            raise InvalidRequest(f"warm pool {request.warmpool!r} does not hold image {request.image!r}")
+        return template
 
     async def template(self, tenant: str, reference: str, runtime: str = "runc") -> str:
         """The template a claim of `reference` starts from: the image pulled (once) with the tenant's credentials."""
@@ -72,7 +87,7 @@ class NodeImages:
             self._known.add((tenant, pulled.digest))
         return self.engine.image_template(pulled, runtime)
 
-    def prefetch(self, tenant: str, request: ImagesRequest) -> None:
+    async def prefetch(self, tenant: str, request: ImagesRequest) -> None:
         """Pulls the images in the background (PREFETCH_WORKERS at a time) so that their claims start at once; a
         failure is logged in one line and the claim that needs the image meets it again."""
         credentials = self.credentials(tenant)
@@ -147,3 +162,46 @@ def _threadsafe(progress: Say | None) -> Say | None:
         return None
     loop = asyncio.get_running_loop()
     return lambda message: loop.call_soon_threadsafe(progress, message)
+
+
+class ImageService(Protocol):
+    """What serves the `Node` interface's image calls: this node's `NodeImages`, or a cluster's."""
+
+    async def pull(self, tenant: str, request: ImagesRequest, progress: Say) -> list[ImageInfo]: ...
+    async def prefetch(self, tenant: str, request: ImagesRequest) -> None: ...
+    async def images(self, tenant: str) -> list[ImageInfo]: ...
+    async def remove(self, tenant: str, reference: str) -> None: ...
+    async def prune(self) -> int: ...
+    async def login(self, tenant: str, host: str, login: RegistryLogin) -> RegistryInfo: ...
+    async def registries(self, tenant: str) -> list[RegistryInfo]: ...
+    async def logout(self, tenant: str, host: str) -> None: ...
+
+
+class ImageOperations:
+    """The `Node` interface's image calls, each passed to `image_service` (a mixin of the nodes)."""
+
+    image_service: ImageService
+
+    async def pull_images(self, tenant: str, request: ImagesRequest, progress: Say) -> list[ImageInfo]:
+        return await self.image_service.pull(tenant, request, progress)
+
+    async def prefetch(self, tenant: str, request: ImagesRequest) -> None:
+        await self.image_service.prefetch(tenant, request)
+
+    async def images(self, tenant: str) -> list[ImageInfo]:
+        return await self.image_service.images(tenant)
+
+    async def remove_image(self, tenant: str, reference: str) -> None:
+        await self.image_service.remove(tenant, reference)
+
+    async def prune_images(self) -> int:
+        return await self.image_service.prune()
+
+    async def login(self, tenant: str, host: str, login: RegistryLogin) -> RegistryInfo:
+        return await self.image_service.login(tenant, host, login)
+
+    async def registries(self, tenant: str) -> list[RegistryInfo]:
+        return await self.image_service.registries(tenant)
+
+    async def logout(self, tenant: str, host: str) -> None:
+        await self.image_service.logout(tenant, host)

@@ -6,8 +6,9 @@ calls run in worker threads; the hot paths stay on the event loop: `exec` (the e
 is async) and a warm claim (popping a pool and one SQLite write).
 
 The node composes its parts: `Capacity` (room and quotas), `Resources` (templates, warm pools, starts),
-`Deletions` (containers going in the background), `ClaimWriter` (claims' commits), a `Sweeper`
-thread (expiry, idle pause, reconciling with the engine) and `recover` (what a restart finds).
+`Deletions` (containers going in the background), `HeldClaims` (the claims, each call's use of one, and
+dropping one), `ClaimWriter` (claims' commits), a `Sweeper` thread (expiry, idle pause, reconciling with the
+engine) and `recover` (what a restart finds).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import contextlib
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from anyio import to_thread
@@ -29,7 +30,6 @@ from rollbox.errors import (
     NodeUnavailable,
     NotFound,
     SandboxNotFound,
-    SandboxNotRunning,
     SnapshotNotFound,
 )
 from rollbox.models import (
@@ -38,10 +38,6 @@ from rollbox.models import (
     ClaimRequest,
     ExecRequest,
     ExecResult,
-    ImageInfo,
-    ImagesRequest,
-    RegistryInfo,
-    RegistryLogin,
     SandboxInfo,
     SandboxStats,
     SnapshotInfo,
@@ -52,10 +48,11 @@ from rollbox.models import (
 )
 from rollbox.node.base import FileOp, OutputCallback
 from rollbox.node.capacity import Capacity
-from rollbox.node.claims import Claim, as_sandbox, environment, gone
+from rollbox.node.claims import Claim, as_sandbox, environment
 from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
-from rollbox.node.images import NodeImages
+from rollbox.node.held import HeldClaims
+from rollbox.node.images import ImageOperations, NodeImages
 from rollbox.node.processes import ProcessOperations
 from rollbox.node.recovery import recover
 from rollbox.node.resources import Resources
@@ -68,7 +65,7 @@ from rollbox.spec import Limits, Metadata, Resource
 FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 
 
-class LocalNode(ProcessOperations):
+class LocalNode(ProcessOperations, ImageOperations):
     """The `Node` of this machine. Thread-safe; one per engine.
 
     `max_sandboxes` caps every container on the node (claimed, warm, starting, being deleted);
@@ -84,23 +81,21 @@ class LocalNode(ProcessOperations):
         self.name = name
         self._id_prefix = f"{name}-" if name else ""
         self.store = NodeStore(engine.data_dir / "node.db")
-        self.lock = threading.Lock()
-        """Guards `claimed` and every claim's `busy` and `paused`."""
-        self.claimed: dict[str, Claim] = {}
-        """The claims, by sandbox id."""
         self.closed = threading.Event()
         self.capacity = Capacity(max_sandboxes, tenant_quota, lambda: self.resources.wake())
         self.deletions = Deletions(engine, self.store, self.capacity, self.closed)
         self.resources = Resources(engine, self.store, self.capacity, self.deletions, cold_starts, claim_caps)
         self._writer = ClaimWriter(self.store)
-        self.costs = CostMeters(engine, self._busy, self._warm, self.closed)
+        self.costs = CostMeters(engine, lambda sandbox_id: self.held.busy(sandbox_id), self._warm, self.closed)
         self.node_volumes = NodeVolumes(engine)
-        self.node_images = NodeImages(engine, self.store)
-        recover(self)
-        self.node_volumes.adopt(self.claimed.values())
-        for recovered in list(self.claimed.values()):  # accounted from now: what they used before is unknown
-            self.costs.open(recovered.sandbox_id, recovered.container_id)
-        self._sweeper = Sweeper(self, tick)
+        self.node_images = self.image_service = NodeImages(engine, self.store)
+        self.held = HeldClaims(engine, self.store, self.capacity, self.costs, self.node_volumes, self.deletions)
+        recovered = recover(engine, self.store, self.capacity, self.resources, self.deletions)
+        self.held.add(recovered)
+        self.node_volumes.adopt(recovered)
+        for claim in recovered:  # accounted from now: what they used before is unknown
+            self.costs.open(claim.sandbox_id, claim.container_id)
+        self._sweeper = Sweeper(engine, self.store, self.capacity, self.resources, self.held, self.closed, tick)
 
     # -- resources --------------------------------------------------------------------------
 
@@ -134,7 +129,8 @@ class LocalNode(ProcessOperations):
         if warm_only and (request.snapshot or request.volumes or request.warmpool not in self.resources.pools):
             raise NodeUnavailable(f"node {self.name} takes this claim from no warm pool of its own")
         self.deletions.last_claim = time.monotonic()
-        template = await self._template_for(tenant, request)
+        template = await self.node_images.template_for(tenant, request, self.resources.pool) if request.image else \
+            self.resources.template_for(request)
         limits = self.resources.claim_limits(template, request.limits)
         snapshot = snapshot_key(tenant, request.snapshot) if request.snapshot else None
         sandbox_id = self._new_id()
@@ -168,30 +164,18 @@ class LocalNode(ProcessOperations):
             self.capacity.give_quota(tenant, 1)
             self.node_volumes.release(sandbox_id)
             raise
-        with self.lock:
-            self.claimed[claim.sandbox_id] = claim
+        self.held.add([claim])
         self.costs.open(claim.sandbox_id, container_id)
         return claim.info()
 
-    async def _template_for(self, tenant: str, request: ClaimRequest) -> str | None:
-        """The template a claim starts from; a registry image's is pulled (once) with the tenant's credentials."""
-        if request.image is None:
-            return self.resources.template_for(request)
-        if request.template is not None or request.snapshot is not None:
-            raise InvalidRequest("give an image, a template or a snapshot to start from, not two of them")
-        template = await self.node_images.template(tenant, request.image)
-        if request.warmpool is not None and self.resources.pool(request.warmpool).template != template:
-            raise InvalidRequest(f"warm pool {request.warmpool!r} does not hold image {request.image!r}")
-        return template
-
     async def claims(self, tenant: str) -> list[SandboxInfo]:
-        owned = [claim for claim in list(self.claimed.values()) if claim.tenant == tenant]
+        owned = [claim for claim in list(self.held.claims.values()) if claim.tenant == tenant]
         owned.sort(key=lambda c: c.created_at)
         # Each claim's state reads its runtime's state file: a long list is read off the event loop.
         return await to_thread.run_sync(lambda: [self._shown(claim) for claim in owned])
 
     async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo:
-        return self._shown(self._get(tenant, sandbox_id))
+        return self._shown(self.held.get(tenant, sandbox_id))
 
     def _shown(self, claim: Claim) -> SandboxInfo:
         """The sandbox as `get` and `list` show it: "stopped" once its container has (killed on the host, out of
@@ -208,120 +192,48 @@ class LocalNode(ProcessOperations):
     def _new_id(self) -> str:
         return self._id_prefix + secrets.token_hex(8)
 
-    def _get(self, tenant: str, sandbox_id: str) -> Claim:
-        claim = self.claimed.get(sandbox_id)
-        if claim is None or claim.tenant != tenant:
-            raise gone(sandbox_id)
-        return claim
-
     async def delete(self, tenant: str, sandbox_id: str) -> None:
         """Forgets the claim on the event loop, answering once that is written; its container goes in the
         background. A reset, fork, snapshot or pause holding the claim is waited for in a thread instead."""
-        claim = self._get(tenant, sandbox_id)
+        claim = self.held.get(tenant, sandbox_id)
         if not claim.lock.acquire(blocking=False):
-            await to_thread.run_sync(self.end, claim)
+            await to_thread.run_sync(self.held.end, claim)
             return
         try:
-            removed = self.unlist(claim)
+            removed = self.held.unlist(claim)
         finally:
             claim.lock.release()
         if removed:
             await self._writer.delete(claim)
             self.deletions.later(claim.container_id)
 
-    def end(self, claim: Claim) -> None:
-        """Ends a claim from a thread (deleted while busy, or expired): forgets it, then deletes its container."""
-        with claim.lock:
-            if not self.unlist(claim):
-                return
-            self.store.delete_claim(claim)
-        self.deletions.later(claim.container_id)
-
-    def unlist(self, claim: Claim) -> bool:
-        """Drops the claim from memory and its tenant's quota (call holding its lock); False if already gone."""
-        with self.lock:
-            if self.claimed.pop(claim.sandbox_id, None) is None:
-                return False
-        self.capacity.give_quota(claim.tenant, 1)
-        self.costs.close(claim.sandbox_id, claim.tenant)
-        self.node_volumes.release(claim.sandbox_id)
-        return True
-
-    def _busy(self, sandbox_id: str) -> bool:
-        claim = self.claimed.get(sandbox_id)
-        return claim is not None and claim.busy > 0
-
     def _warm(self) -> list[str]:
         return [container_id for pool in list(self.resources.pools.values()) for container_id in list(pool.ready)]
 
     async def exec(self, tenant: str, sandbox_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
                    on_stderr: OutputCallback | None = None) -> ExecResult:
-        async with self._calling(tenant, sandbox_id, "running commands") as claim:
+        async with self.held.calling(tenant, sandbox_id, "running commands") as claim:
             return await self.engine.exec_async(
                 claim.container_id, request.command, timeout=request.timeout, env=environment(claim, request.env),
                 cwd=request.cwd, user=request.user, stdin=request.stdin, output_limit=request.output_limit,
                 isolated=request.isolated, on_stdout=on_stdout, on_stderr=on_stderr)
 
-    @contextlib.asynccontextmanager
-    async def _calling(self, tenant: str, sandbox_id: str, doing: str) -> AsyncIterator[Claim]:
-        """`_using` for a call made on the event loop: the claim, refused while its user has it paused, woken in a
-        thread when it is paused for idleness."""
-        claim = self._get(tenant, sandbox_id)
-        if claim.paused == "user":
-            raise SandboxNotRunning(f"sandbox {sandbox_id} is paused: resume it before {doing}")
-        with self.lock:
-            claim.busy += 1
-            idle = claim.paused == "idle"
-        try:
-            if idle:
-                await to_thread.run_sync(self._wake, claim)
-            with as_sandbox(claim):
-                yield claim
-        finally:
-            with self.lock:
-                claim.busy -= 1
-                claim.last_used = time.monotonic()
-
     async def files(self, tenant: str, sandbox_id: str, op: FileOp, path: str, **options: Any) -> Any:
         if op not in FILE_OPS:
             raise InvalidRequest(f"{op!r} is not a file operation: use one of {', '.join(sorted(FILE_OPS))}")
-        claim = self._get(tenant, sandbox_id)
+        claim = self.held.get(tenant, sandbox_id)
 
         def run() -> Any:
-            with self._using(claim):
+            with self.held.using(claim):
                 return getattr(self.engine.files(claim.container_id), op)(path, **options)
 
         return await to_thread.run_sync(run)
 
-    @contextlib.contextmanager
-    def _using(self, claim: Claim) -> Iterator[None]:
-        """Marks a call in flight (so the claim is not idle), wakes an idle-paused container first, and tells the
-        engine's errors about the container as the sandbox's."""
-        with self.lock:
-            claim.busy += 1
-        try:
-            with as_sandbox(claim):
-                self._wake(claim)
-                yield
-        finally:
-            with self.lock:
-                claim.busy -= 1
-                claim.last_used = time.monotonic()
-
-    def _wake(self, claim: Claim) -> None:
-        if claim.paused != "idle":
-            return
-        with claim.lock, as_sandbox(claim):
-            if claim.paused == "idle":
-                self.engine.resume(claim.container_id)
-                claim.paused = None
-                self.store.put_claims([claim])
-
     async def reset(self, tenant: str, sandbox_id: str) -> SandboxInfo:
-        return await to_thread.run_sync(self._reset, self._get(tenant, sandbox_id))
+        return await to_thread.run_sync(self._reset, self.held.get(tenant, sandbox_id))
 
     def _reset(self, claim: Claim) -> SandboxInfo:
-        with self._using(claim), self._holding(claim):
+        with self.held.using(claim), self.held.holding(claim):
             snapshot = snapshot_key(claim.tenant, claim.snapshot) if claim.snapshot else None
             warm = None if snapshot or claim.volumes else self.resources.take_warm(claim.template, claim.warmpool)
             try:
@@ -329,7 +241,7 @@ class LocalNode(ProcessOperations):
                 container_id = warm or self.resources.start_cold(claim.template, snapshot, mounts)
             except (CapacityExceeded, NotFound):
                 # No room for a second container, or its template or snapshot is gone: restart this one in place.
-                self._thaw(claim)
+                self.held.thaw(claim)
                 self.engine.reset(claim.container_id)
                 self.store.put_claims([claim])
                 return claim.info()
@@ -342,15 +254,15 @@ class LocalNode(ProcessOperations):
     async def fork(self, tenant: str, sandbox_id: str, count: int) -> list[SandboxInfo]:
         if not 1 <= count <= MAX_FORK:
             raise InvalidRequest(f"fork count must be between 1 and {MAX_FORK}")
-        return await to_thread.run_sync(self._fork, self._get(tenant, sandbox_id), count)
+        return await to_thread.run_sync(self._fork, self.held.get(tenant, sandbox_id), count)
 
     def _fork(self, parent: Claim, count: int) -> list[SandboxInfo]:
-        with self._using(parent), self._holding(parent):
+        with self.held.using(parent), self.held.holding(parent):
             self.capacity.take_quota(parent.tenant, count)
             try:
                 self.capacity.reserve(count)
                 try:
-                    self._thaw(parent)
+                    self.held.thaw(parent)
                     containers = self.engine.fork(parent.container_id, count)
                 except BaseException:
                     self.capacity.release(count)
@@ -371,26 +283,25 @@ class LocalNode(ProcessOperations):
             for child in children:
                 self.node_volumes.hold(child.tenant, child.sandbox_id, child.volumes)
             self.store.put_claims([parent, *children])
-            with self.lock:
-                self.claimed.update((child.sandbox_id, child) for child in children)
+            self.held.add(children)
             for child in children:
                 self.costs.open(child.sandbox_id, child.container_id)
         return [child.info() for child in children]
 
     async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
-        return await to_thread.run_sync(self._set_paused, self._get(tenant, sandbox_id), "user")
+        return await to_thread.run_sync(self._set_paused, self.held.get(tenant, sandbox_id), "user")
 
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:
-        return await to_thread.run_sync(self._set_paused, self._get(tenant, sandbox_id), None)
+        return await to_thread.run_sync(self._set_paused, self.held.get(tenant, sandbox_id), None)
 
     async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
-        claim = self._get(tenant, sandbox_id)
+        claim = self.held.get(tenant, sandbox_id)
         claim.shutdown_after, claim.expires_at = seconds, time.time() + seconds
         await self._writer.put(claim)
         return claim.info()
 
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
-        claim = self._get(tenant, sandbox_id)
+        claim = self.held.get(tenant, sandbox_id)
         with as_sandbox(claim):
             return await to_thread.run_sync(self._stats, claim)
 
@@ -400,7 +311,7 @@ class LocalNode(ProcessOperations):
         return stats
 
     def _set_paused(self, claim: Claim, paused: str | None) -> SandboxInfo:
-        with self._holding(claim), as_sandbox(claim):
+        with self.held.holding(claim), as_sandbox(claim):
             if paused:
                 self.engine.pause(claim.container_id)
             else:
@@ -410,20 +321,6 @@ class LocalNode(ProcessOperations):
             self.store.put_claims([claim])
         return claim.info()
 
-    @contextlib.contextmanager
-    def _holding(self, claim: Claim) -> Iterator[None]:
-        """The claim's lock, provided nobody deleted the claim (or let it expire) while we waited for it."""
-        with claim.lock:
-            if claim.sandbox_id not in self.claimed:
-                raise gone(claim.sandbox_id)
-            yield
-
-    def _thaw(self, claim: Claim) -> None:
-        """Resumes a paused container before the engine stops it (fork, snapshot, reset restart it running)."""
-        if claim.paused:
-            self.engine.resume(claim.container_id)
-            claim.paused = None
-
     # -- snapshots --------------------------------------------------------------------------
 
     async def snapshot(self, tenant: str, sandbox_id: str, name: str) -> SnapshotInfo:
@@ -432,11 +329,11 @@ class LocalNode(ProcessOperations):
         except ValidationError:
             raise InvalidRequest(f"snapshot name {name!r}: use lowercase letters, digits, '-' or '.', "
                                  "at most 63 characters") from None
-        return await to_thread.run_sync(self._snapshot, self._get(tenant, sandbox_id), name)
+        return await to_thread.run_sync(self._snapshot, self.held.get(tenant, sandbox_id), name)
 
     def _snapshot(self, claim: Claim, name: str) -> SnapshotInfo:
-        with self._using(claim), self._holding(claim):
-            self._thaw(claim)
+        with self.held.using(claim), self.held.holding(claim):
+            self.held.thaw(claim)
             info = self.engine.snapshot(claim.container_id, snapshot_key(claim.tenant, name))
             self.store.put_snapshot(claim.tenant, name, claim.sandbox_id)
             self.store.put_claims([claim])
@@ -471,33 +368,6 @@ class LocalNode(ProcessOperations):
     async def delete_volume(self, tenant: str, name: str) -> None:
         await to_thread.run_sync(self.node_volumes.delete, tenant, name)
 
-    # -- images (docs/images.md; node/images.py) ----------------------------------------------
-
-    async def pull_images(self, tenant: str, request: ImagesRequest, progress: Callable[[str], None]
-                          ) -> list[ImageInfo]:
-        return [await self.node_images.pull(tenant, image, progress) for image in request.images]
-
-    async def prefetch(self, tenant: str, request: ImagesRequest) -> None:
-        self.node_images.prefetch(tenant, request)
-
-    async def images(self, tenant: str) -> list[ImageInfo]:
-        return await self.node_images.images(tenant)
-
-    async def remove_image(self, tenant: str, reference: str) -> None:
-        await self.node_images.remove(tenant, reference)
-
-    async def prune_images(self) -> int:
-        return await self.node_images.prune()
-
-    async def login(self, tenant: str, host: str, login: RegistryLogin) -> RegistryInfo:
-        return await self.node_images.login(tenant, host, login)
-
-    async def registries(self, tenant: str) -> list[RegistryInfo]:
-        return await self.node_images.registries(tenant)
-
-    async def logout(self, tenant: str, host: str) -> None:
-        await self.node_images.logout(tenant, host)
-
     # -- operations -------------------------------------------------------------------------
 
     async def health(self) -> dict[str, Any]:
@@ -508,13 +378,13 @@ class LocalNode(ProcessOperations):
                  for pool in self.resources.pools.values()}
         named = {"node": self.name} if self.name else {}
         return {**named, "sandboxes": self.capacity.count, "max_sandboxes": self.capacity.max_sandboxes,
-                "claims": len(self.claimed), "pools": pools}
+                "claims": len(self.held.claims), "pools": pools}
 
     async def forget_claims(self) -> int:
         """Deletes every claim and its sandbox: the cluster declared them lost while this node was away, and their
         tenants were told so. Returns how many went."""
-        with self.lock:
-            claims = list(self.claimed.values())
+        with self.held.lock:
+            claims = list(self.held.claims.values())
         for claim in claims:
             with contextlib.suppress(SandboxNotFound):
                 await self.delete(claim.tenant, claim.sandbox_id)

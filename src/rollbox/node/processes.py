@@ -28,6 +28,7 @@ from rollbox.node.claims import Claim, environment
 
 if TYPE_CHECKING:
     from rollbox.engine import Engine
+    from rollbox.node.held import HeldClaims
 
 _shell_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
 """One command at a time per shell session, by (container id, process id)."""
@@ -37,14 +38,12 @@ class ProcessOperations:
     """`LocalNode`'s process operations (a mixin: it uses the node's claims and engine)."""
 
     engine: Engine
-
-    def _calling(self, tenant: str, sandbox_id: str, doing: str) -> contextlib.AbstractAsyncContextManager[Claim]:
-        ...  # LocalNode's
+    held: HeldClaims
 
     @contextlib.asynccontextmanager
     async def _processes_of(self, tenant: str, sandbox_id: str) -> AsyncIterator[tuple[Claim, ContainerProcesses]]:
         """The claim's container's processes, with the claim in use as for `exec`."""
-        async with self._calling(tenant, sandbox_id, "using its processes") as claim:
+        async with self.held.calling(tenant, sandbox_id, "using its processes") as claim:
             yield claim, self.engine.processes(claim.container_id)
 
     async def start_process(self, tenant: str, sandbox_id: str, request: ProcessRequest) -> ProcessInfo:

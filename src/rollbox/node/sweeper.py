@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
 
+from rollbox.engine import Engine
 from rollbox.errors import SandboxNotFound
+from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim
-
-if TYPE_CHECKING:
-    from rollbox.node.local import LocalNode
+from rollbox.node.held import HeldClaims
+from rollbox.node.resources import Resources
+from rollbox.node.store import NodeStore
 
 log = logging.getLogger("rollbox.node")
 
@@ -22,8 +23,14 @@ RECONCILE_EVERY = 5.0
 class Sweeper:
     """Sweeps the node every `tick` seconds, in a thread of its own, until the node closes."""
 
-    def __init__(self, node: LocalNode, tick: float) -> None:
-        self.node = node
+    def __init__(self, engine: Engine, store: NodeStore, capacity: Capacity, resources: Resources, held: HeldClaims,
+                 closed: threading.Event, tick: float) -> None:
+        self.engine = engine
+        self.store = store
+        self.capacity = capacity
+        self.resources = resources
+        self.held = held
+        self.closed = closed
         self._thread = threading.Thread(target=self._run, args=(tick,), name="rollbox-sweeper", daemon=True)
         self._thread.start()
 
@@ -31,9 +38,8 @@ class Sweeper:
         self._thread.join()
 
     def _run(self, tick: float) -> None:
-        node = self.node
         reconciled = time.monotonic()
-        while not node.closed.wait(tick):
+        while not self.closed.wait(tick):
             now, clock = time.time(), time.monotonic()
             if clock - reconciled >= RECONCILE_EVERY:
                 reconciled = clock
@@ -41,11 +47,11 @@ class Sweeper:
                     self._reconcile()
                 except Exception:
                     log.exception("reconciling with the engine failed")
-            node.resources.shrink()
-            for claim in list(node.claimed.values()):
+            self.resources.shrink()
+            for claim in list(self.held.claims.values()):
                 try:
                     if claim.expires_at is not None and claim.expires_at <= now:
-                        node.end(claim)
+                        self.held.end(claim)
                     elif (claim.idle_pause_after and not claim.paused and not claim.busy
                           and clock - claim.last_used >= claim.idle_pause_after):
                         self._idle_pause(claim)
@@ -55,42 +61,38 @@ class Sweeper:
     def _reconcile(self) -> None:
         """Forgets claims and warm containers the engine no longer has (a template's `shutdown_after` ran out, or
         someone deleted the container behind the node's back), freeing their room."""
-        node = self.node
-        alive = {info.id for info in node.engine.list()}
-        for claim in list(node.claimed.values()):
+        alive = {info.id for info in self.engine.list()}
+        for claim in list(self.held.claims.values()):
             if claim.container_id not in alive:
                 with claim.lock:
-                    if claim.sandbox_id in node.claimed and self._vanished(claim.container_id):
+                    if claim.sandbox_id in self.held.claims and self._vanished(claim.container_id):
                         log.warning("sandbox %s lost its container %s: dropping it", claim.sandbox_id,
                                     claim.container_id)
-                        node.unlist(claim)
-                        node.store.delete_claim(claim)
-                        node.capacity.release(1)
-        for pool in list(node.resources.pools.values()):
+                        self.held.lose(claim)
+        for pool in list(self.resources.pools.values()):
             for container_id in [c for c in list(pool.ready) if c not in alive and self._vanished(c)]:
                 if pool.forget(container_id):
-                    node.store.remove_pool_containers([container_id])
-                    node.capacity.release(1)
+                    self.store.remove_pool_containers([container_id])
+                    self.capacity.release(1)
 
     def _vanished(self, container_id: str) -> bool:
         """Checked again one by one: a container started after the engine was listed is not vanished."""
         try:
-            self.node.engine.info(container_id)
+            self.engine.info(container_id)
         except SandboxNotFound:
             return True
         return False
 
     def _idle_pause(self, claim: Claim) -> None:
-        node = self.node
         if not claim.lock.acquire(blocking=False):
             return
         try:
             # Mark first, then look for calls: a call that starts after the mark sees it and wakes the container.
-            with node.lock:
-                if claim.busy or claim.paused or claim.sandbox_id not in node.claimed:
+            with self.held.lock:
+                if claim.busy or claim.paused or claim.sandbox_id not in self.held.claims:
                     return
                 claim.paused = "idle"
-            node.engine.pause(claim.container_id)
-            node.store.put_claims([claim])
+            self.engine.pause(claim.container_id)
+            self.store.put_claims([claim])
         finally:
             claim.lock.release()

@@ -50,7 +50,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     resources.add_routes(routes, node)
     images.add_routes(routes, node)
     add_volume_routes(routes, node)
-    dashboard.add_routes(routes, node, metrics)
+    dashboard.add_routes(routes, node, metrics.activity)
 
     @routes.add("GET", "/healthz", auth=False)
     async def healthz() -> Response:

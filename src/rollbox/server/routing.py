@@ -91,8 +91,9 @@ class Routes:
 
     def app(self, fail: Callable[[Exception], Response], startup: Callable[[], None] = lambda: None) -> Router:
         """The ASGI app; `fail` turns whatever a request raised into its answer, `startup` runs as the server starts."""
-        return Router([(spec.method, spec.path, traced_endpoint(spec, self._endpoint(spec))) for spec in self.specs],
-                      fail, startup)
+        routes = [(spec.method, spec.path, traced_endpoint(spec.method, spec.path, spec.handler.__name__,
+                                                           self._endpoint(spec))) for spec in self.specs]
+        return Router(routes, fail, startup)
 
     def _endpoint(self, spec: RouteSpec) -> Endpoint:
         tenants, handler, body, query, auth, admin = (self.tenants, spec.handler, spec.body, spec.query, spec.auth,

@@ -5,22 +5,23 @@ server without it runs exactly the code it ran before."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from rollbox import tracing
 
-if TYPE_CHECKING:
-    from rollbox.server.routing import Endpoint, RouteSpec
+E = TypeVar("E", bound=Callable[[Any, Any, dict[str, Any]], Awaitable[Response]])
+"""A route's endpoint: (scope, receive, path parameters) to the response (`rollbox.server.routing.Endpoint`)."""
 
 
-def traced_endpoint(spec: RouteSpec, endpoint: Endpoint) -> Endpoint:
+def traced_endpoint(method: str, path: str, operation: str, endpoint: E) -> E:
+    """`endpoint` inside a server span named after its route, when tracing is on; `operation` names its handler."""
     if not tracing.on:
         return endpoint
-    name = f"{spec.method} {spec.path}"
-    route = {"http.request.method": spec.method, "http.route": spec.path, "rollbox.operation": spec.handler.__name__}
+    name = f"{method} {path}"
+    route = {"http.request.method": method, "http.route": path, "rollbox.operation": operation}
 
     async def traced(scope: Any, receive: Any, args: dict[str, Any]) -> Any:
         attributes = {**route, "rollbox.sandbox.id": args["sandbox_id"]} if "sandbox_id" in args else route
@@ -37,7 +38,7 @@ def traced_endpoint(spec: RouteSpec, endpoint: Endpoint) -> Endpoint:
             span.end()
         return response
 
-    return traced
+    return traced  # type: ignore[return-value]
 
 
 async def _ending(body: AsyncIterable[Any], span: Any) -> AsyncIterator[Any]:

@@ -1,7 +1,8 @@
 """Builds the exec agent: a static binary, so it runs in any root filesystem (even one without libc).
 
 Also builds `compat.so`, preloaded into commands under runtimes with known syscall gaps. Both are
-compiled once per source version and cached; sandboxes bind-mount them read-only.
+compiled once per source version and cached; sandboxes bind-mount them read-only. The agent's files
+and what each does are listed in `agent.h`.
 """
 
 from __future__ import annotations
@@ -14,24 +15,27 @@ from pathlib import Path
 
 from rollbox.errors import RuntimeUnavailable
 
-SOURCE = Path(__file__).with_name("agent.c")
-COMPAT_SOURCE = Path(__file__).with_name("compat.c")
-AGENT_PARTS = (Path(__file__).with_name("processes.c"),)
-"""Files agent.c includes: a change to one builds the agent again."""
+HERE = Path(__file__).parent
+AGENT_SOURCES = tuple(HERE / name for name in ("agent.c", "wire.c", "command.c", "tree.c", "run.c", "processes.c",
+                                                "background.c", "supervisor.c", "ring.c"))
+AGENT_HEADERS = (HERE / "agent.h",)
+"""What the agent's sources include: a change to one builds the agent again."""
+COMPAT_SOURCE = HERE / "compat.c"
 
 
 def agent_binary(cache_dir: Path) -> Path:
     """Returns the path of the compiled agent, compiling it into `cache_dir` if needed."""
-    return _compile(SOURCE, cache_dir, "agent", ["-static"], AGENT_PARTS)
+    return _compile(AGENT_SOURCES, cache_dir, "agent", ["-static"], AGENT_HEADERS)
 
 
 def compat_library(cache_dir: Path) -> Path:
     """Returns the path of the compiled compat library, compiling it into `cache_dir` if needed."""
-    return _compile(COMPAT_SOURCE, cache_dir, "compat.so", ["-shared", "-fPIC"])
+    return _compile((COMPAT_SOURCE,), cache_dir, "compat.so", ["-shared", "-fPIC"])
 
 
-def _compile(source_path: Path, cache_dir: Path, name: str, flags: list[str], parts: tuple[Path, ...] = ()) -> Path:
-    source = b"".join(path.read_bytes() for path in (source_path, *parts))
+def _compile(sources: tuple[Path, ...], cache_dir: Path, name: str, flags: list[str],
+             headers: tuple[Path, ...] = ()) -> Path:
+    source = b"".join(path.read_bytes() for path in (*sources, *headers))
     target = cache_dir / f"{hashlib.sha256(source).hexdigest()[:16]}-{name}"
     if target.exists():
         return target
@@ -41,7 +45,7 @@ def _compile(source_path: Path, cache_dir: Path, name: str, flags: list[str], pa
     cache_dir.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     result = subprocess.run(
-        [compiler, *flags, "-O2", "-Wall", "-o", str(partial), str(source_path)],
+        [compiler, *flags, "-O2", "-Wall", "-o", str(partial), *map(str, sources)],
         capture_output=True, text=True,
     )
     if result.returncode != 0:

@@ -14,7 +14,7 @@ from rollbox.models import SandboxInfo
 from rollbox.node import Node
 from rollbox.server.auth import Tenants
 from rollbox.server.dashboard.assets import Assets
-from rollbox.server.metrics import Metrics
+from rollbox.server.dashboard.history import Activity
 from rollbox.server.responses import json_response
 from rollbox.server.routing import Query, Routes
 
@@ -22,13 +22,13 @@ MAX_STATS = 100
 """Sandboxes whose stats one call reads: the rows a page shows, not the whole node."""
 
 
-def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
-    """Adds the dashboard to a server's routes (not to a node agent's: its callers are routers, not people)."""
+def add_routes(routes: Routes, node: Node, activity: Activity) -> None:
+    """Adds the dashboard to a server's routes (not to a node agent's: its callers are routers, not people);
+    `activity` is what the server's metrics record of its calls."""
     tenants = routes.tenants
     if not isinstance(tenants, Tenants):
         return
     assets = Assets()
-    activity = metrics.activity
     add = routes.add
 
     async def visible(tenant: str) -> list[SandboxInfo]:

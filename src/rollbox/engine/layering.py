@@ -1,0 +1,74 @@
+"""Fork and snapshot that carry a container's files (every runtime); `live` carries its processes and memory too.
+
+A parent that has written little (FORK_COPY_BYTES) keeps running through a fork, its processes frozen while its
+files are copied into each child's upper. A larger one has its upper frozen in place as a layer the children
+share, at a cost independent of its size, and starts again over it (its processes do not carry over). A
+snapshot always freezes the upper, and the container goes on over it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from rollbox.engine import volumes
+from rollbox.engine.cgroups import Cgroups
+from rollbox.engine.lifecycle import Lifecycle
+from rollbox.engine.store import ContainerRecord
+from rollbox.spec import Limits
+
+FORK_COPY_BYTES = 8 * 2**20
+"""A parent that has written at most this much keeps running through a fork: its files are copied into each
+child's upper while its processes are frozen. Past it, copying would cost more than freezing the upper in
+place as a shared layer, which restarts the parent."""
+START_WORKERS = 8
+
+
+class Layering:
+    """The engine's file-only fork and snapshot (callers hold the container's lock). `delete` is the engine's, for
+    the children of a fork that failed."""
+
+    def __init__(self, lifecycle: Lifecycle, cgroups: Cgroups, delete: Callable[[str], None]) -> None:
+        self.lifecycle = lifecycle
+        self.cgroups = cgroups
+        self.delete = delete
+
+    def fork(self, parent: ContainerRecord, count: int) -> list[ContainerRecord]:
+        """Starts `count` children over the parent's files; their processes start afresh."""
+        lifecycle = self.lifecycle
+        copied = lifecycle.layers.upper_bytes(parent.upper) <= FORK_COPY_BYTES
+        image = parent.image if copied else lifecycle.freeze_upper(parent)
+        children = [lifecycle.new_record(parent.template, parent.runtime, image, Limits(**parent.limits),
+                                         parent.env, parent.labels) for _ in range(count)]
+        for child in children:
+            child.baseline, child.parent, child.snapshot = parent.baseline, parent.id, parent.snapshot
+            child.volumes = volumes.read_only(parent.volumes)
+        seed = lifecycle.layers.upper_dirs(parent.upper)[0] if copied else None
+        hold = copied and parent.state == "running"
+        with ThreadPoolExecutor(max_workers=min(count + 1, START_WORKERS)) as pool:
+            if hold:
+                self.cgroups.freeze(parent.oci_id, True)
+            try:
+                results = [pool.submit(lifecycle.launch, child, seed) for child in children]
+                if not copied:
+                    results.append(pool.submit(lifecycle.launch, parent))
+                errors = [f.exception() for f in results if f.exception()]
+            finally:
+                if hold:
+                    self.cgroups.freeze(parent.oci_id, False)
+        if errors:
+            for child in children:
+                with contextlib.suppress(Exception):
+                    self.delete(child.id)
+            raise errors[0]  # type: ignore[misc]
+        return children
+
+    def snapshot(self, record: ContainerRecord, name: str) -> float:
+        """Saves the container's files under `name` and starts it again over them; returns when it was taken."""
+        image = self.lifecycle.freeze_upper(record)
+        now = time.time()
+        self.lifecycle.store.put_snapshot(name, record.template, image, record.id, now)
+        self.lifecycle.launch(record)
+        return now

@@ -1,0 +1,130 @@
+"""E2B's filesystem service over a `Node`'s file operations, and its directory watchers (watch.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+from google.protobuf.message import Message
+
+from rollbox.errors import NotFound
+from rollbox.models import ExecRequest, FileInfo
+from rollbox.node import Node
+from rollbox.server.e2b.caller import Sandbox, basic_user
+from rollbox.server.e2b.connect import Call, Method, RpcError
+from rollbox.server.e2b.protocol import message_class as P
+from rollbox.server.e2b.watch import Watchers, follow
+
+FILE_TYPES = {"file": 1, "dir": 2, "symlink": 3}
+
+
+class FilesystemService:
+    """`/filesystem.Filesystem/*`."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._watchers = Watchers()
+        self.methods: dict[str, Method] = {
+            "/filesystem.Filesystem/Stat": Method(P("filesystem.StatRequest"), self.stat),
+            "/filesystem.Filesystem/ListDir": Method(P("filesystem.ListDirRequest"), self.list_dir),
+            "/filesystem.Filesystem/MakeDir": Method(P("filesystem.MakeDirRequest"), self.make_dir),
+            "/filesystem.Filesystem/Move": Method(P("filesystem.MoveRequest"), self.move),
+            "/filesystem.Filesystem/Remove": Method(P("filesystem.RemoveRequest"), self.remove),
+            "/filesystem.Filesystem/WatchDir": Method(P("filesystem.WatchDirRequest"), self.watch_dir, streaming=True),
+            "/filesystem.Filesystem/CreateWatcher": Method(P("filesystem.CreateWatcherRequest"), self.create_watcher),
+            "/filesystem.Filesystem/GetWatcherEvents": Method(P("filesystem.GetWatcherEventsRequest"),
+                                                              self.watcher_events),
+            "/filesystem.Filesystem/RemoveWatcher": Method(P("filesystem.RemoveWatcherRequest"), self.remove_watcher),
+        }
+
+    async def _files(self, call: Call, op: str, path: str, **options: Any) -> Any:
+        sandbox: Sandbox = call.context
+        return await self.node.files(sandbox.tenant, sandbox.id, op, path, **options)  # type: ignore[arg-type]
+
+    async def stat(self, call: Call, request: Any) -> Message:
+        return P("filesystem.StatResponse")(entry=_entry(await self._files(call, "stat", request.path)))
+
+    async def list_dir(self, call: Call, request: Any) -> Message:
+        answer = P("filesystem.ListDirResponse")()
+        pending = [(request.path, 1)]
+        while pending:
+            path, level = pending.pop(0)
+            for info in await self._files(call, "list", path):
+                answer.entries.append(_entry(info))
+                if info.type == "dir" and level < max(1, request.depth):
+                    pending.append((info.path, level + 1))
+        return answer
+
+    async def make_dir(self, call: Call, request: Any) -> Message:
+        try:
+            await self._files(call, "stat", request.path)
+        except NotFound:
+            await self._files(call, "mkdir", request.path)
+            return P("filesystem.MakeDirResponse")(entry=_entry(await self._files(call, "stat", request.path)))
+        raise RpcError("already_exists", f"{request.path} already exists")
+
+    async def move(self, call: Call, request: Any) -> Message:
+        sandbox: Sandbox = call.context
+        await self._files(call, "stat", request.source)  # a missing source is not_found, as a rename says
+        result = await self.node.exec(sandbox.tenant, sandbox.id, ExecRequest(
+            command=["mv", "-T", "--", request.source, request.destination],
+            user=basic_user(call.request.headers.get("authorization"))))
+        if result.exit_code != 0:
+            raise RpcError("invalid_argument", result.stderr.strip() or f"mv exited {result.exit_code}")
+        return P("filesystem.MoveResponse")(entry=_entry(await self._files(call, "stat", request.destination)))
+
+    async def remove(self, call: Call, request: Any) -> Message:
+        await self._files(call, "remove", request.path, recursive=True)
+        return P("filesystem.RemoveResponse")()
+
+    def _lister(self, call: Call) -> Callable[[str], Coroutine[Any, Any, list[FileInfo]]]:
+        return lambda path: self._files(call, "list", path)
+
+    async def create_watcher(self, call: Call, request: Any) -> Message:
+        sandbox: Sandbox = call.context
+        watcher_id = await self._watchers.create((sandbox.tenant, sandbox.id), self._lister(call), request.path,
+                                                 request.recursive)
+        return P("filesystem.CreateWatcherResponse")(watcher_id=watcher_id)
+
+    async def watcher_events(self, call: Call, request: Any) -> Message:
+        sandbox: Sandbox = call.context
+        found = await self._watchers.events((sandbox.tenant, sandbox.id), self._lister(call), request.watcher_id)
+        answer = P("filesystem.GetWatcherEventsResponse")()
+        for name, kind, info in found:
+            event = answer.events.add(name=name, type=kind)
+            if info is not None:
+                event.entry.CopyFrom(_entry(info))
+        return answer
+
+    async def remove_watcher(self, call: Call, request: Any) -> Message:
+        sandbox: Sandbox = call.context
+        self._watchers.remove((sandbox.tenant, sandbox.id), request.watcher_id)
+        return P("filesystem.RemoveWatcherResponse")()
+
+    async def watch_dir(self, call: Call, request: Any) -> AsyncIterator[Message]:
+        async for found in follow(self._lister(call), request.path, request.recursive):
+            if not found:
+                started = P("filesystem.WatchDirResponse")()
+                started.start.SetInParent()
+                yield started
+            for name, kind, info in found:
+                answer = P("filesystem.WatchDirResponse")(filesystem={"name": name, "type": kind})
+                if info is not None and request.include_entry:
+                    answer.filesystem.entry.CopyFrom(_entry(info))
+                yield answer
+
+
+def _entry(info: FileInfo) -> Message:
+    entry = P("filesystem.EntryInfo")(
+        name=info.name, path=info.path, size=info.size, mode=info.mode, permissions=_permissions(info),
+        type=FILE_TYPES.get(info.type, 0), is_symlink=info.type == "symlink")
+    entry.modified_time.FromNanoseconds(int(info.mtime * 1e9))
+    if info.target is not None:
+        entry.symlink_target = info.target
+    return entry
+
+
+def _permissions(info: FileInfo) -> str:
+    kind = {"dir": "d", "symlink": "L"}.get(info.type, "-")
+    return kind + "".join(letter if info.mode & (1 << (8 - index)) else "-"
+                          for index, letter in enumerate("rwxrwxrwx"))
