@@ -161,7 +161,7 @@ class _Collector:
             trajectory.steps.append(StepRecord(
                 action=result.action, observation=result.observation, reward=result.reward,
                 terminated=result.terminated, truncated=result.truncated, error=result.info.get("error"),
-                policy_ms=policy_ms, sandbox_ms=result.info["sandbox_ms"]))
+                exit_code=result.info.get("exit_code"), policy_ms=policy_ms, sandbox_ms=result.info["sandbox_ms"]))
             observation = Observation(result.observation, observation.task, observation.episode_id,
                                       observation.step + 1, observation.seed,
                                       (*observation.turns, Turn(result.action, result.observation)),
