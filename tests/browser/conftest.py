@@ -39,19 +39,27 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "console_errors(*texts): console errors the test expects (else they fail it)")
 
 
-@pytest.fixture(scope="package")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real server on a loopback port, with the RL example's template and warm pool applied."""
-    engine = make_engine(tmp_path_factory.mktemp("browser"))
+@contextlib.contextmanager
+def live_server(root: Path, tokens: dict[str, str] | None = None, admins: tuple[str, ...] = ()) -> Iterator[str]:
+    """A real server on a loopback port, with the RL example's template and warm pool applied by its first admin
+    (on an open server, by anyone)."""
+    engine = make_engine(root)
     node = LocalNode(engine, max_sandboxes=24)
     try:
-        with ThreadServer(create_app(node, TOKENS, admins=ADMINS), tcp=True) as served:
-            with SandboxClient(served.url, TOKENS["alice"]) as admin:
+        with ThreadServer(create_app(node, tokens, admins=admins), tcp=True) as served:
+            with SandboxClient(served.url, tokens[admins[0]] if tokens else None) as admin:
                 admin.apply(str(RL_TEMPLATE))
             yield served.url
     finally:
         node.close()
         teardown_engine(engine)
+
+
+@pytest.fixture(scope="package")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The tier's server: two tenants' tokens, `alice` its admin."""
+    with live_server(tmp_path_factory.mktemp("browser"), TOKENS, ADMINS) as url:
+        yield url
 
 
 @pytest.fixture(scope="package")

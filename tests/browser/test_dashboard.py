@@ -57,10 +57,12 @@ def test_the_admins_page_shows_the_apis_numbers_for_every_tenant(server: str, pa
             assert cells(page, "#sandboxes", ".labels")[mine.id] == "team=admins"
             assert cells(page, "#sandboxes", ".template")[mine.id] == "rl-python"
 
-            pools = {p["name"]: p for p in steady_pools(server)}
-            assert set(rows(page, "#pools")) == set(pools)
-            for column in ("ready", "target", "starting"):
-                assert cells(page, "#pools", f".{column}") == {n: str(p[column]) for n, p in pools.items()}
+            def pools_agree() -> bool:  # the pool refills after the claims: compare once it is steady
+                pools = {p["name"]: p for p in steady_pools(server)}
+                return bool(pools) and set(rows(page, "#pools")) == set(pools) and all(
+                    cells(page, "#pools", f".{column}") == {n: str(p[column]) for n, p in pools.items()}
+                    for column in ("ready", "target", "starting"))
+            eventually(pools_agree, "the page's warm pools match the API's")
 
             def memory_agrees() -> bool:
                 shown = page.get_attribute(f'#sandboxes tr[data-id="{mine.id}"] td.memory', "data-bytes")

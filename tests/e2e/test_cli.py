@@ -117,10 +117,13 @@ def test_background_processes_from_the_command_line(url: str, client: SandboxCli
                           url=url)
         assert started.returncode == 0, started.stderr
         process = started.stdout.strip()
-        sleeper = rollbox("exec", "-d", sandbox.id, "--", "sleep", "300", url=url).stdout.strip()
+        long_command = "sleep 300; : " + "a-long-argument-" * 8  # wider than 80 columns, in a pipe
+        sleeper = rollbox("exec", "-d", sandbox.id, "--", long_command, url=url).stdout.strip()
         table = rollbox("ps", sandbox.id, url=url).stdout
         assert table.split()[:6] == ["ID", "PID", "STATE", "TAG", "AGE", "COMMAND"]
         assert process in table and sleeper in table and "running" in table
+        (row,) = [line for line in table.splitlines() if line.startswith(sleeper)]
+        assert row.endswith(long_command), f"the row wrapped in a pipe:\n{table}"
         logs = rollbox("logs", sandbox.id, process, url=url)  # follows it to its end
         assert (logs.returncode, logs.stdout, logs.stderr) == (3, "one\n", "two\n")
         assert rollbox("kill", sandbox.id, sleeper, "-s", "KILL", url=url).returncode == 0

@@ -22,6 +22,13 @@ def test_default_identity_and_environment(sandbox: Container) -> None:
     assert result.stdout.split() == ["1000", "1000", "/home/user", "/home/user", "sandbox", "UTC"]
 
 
+def test_python_is_python3(sandbox: Container) -> None:
+    """Agent scripts call `python`: the host base runs python3 for it, as a shell word and as argv[0]."""
+    result = sandbox.exec("command -v python; python -c 'import sys; print(sys.version_info[0])'")
+    assert (result.exit_code, result.stdout.split()) == (0, ["/usr/local/bin/python", "3"]), result.stderr
+    assert sandbox.exec(["python", "-V"]).stdout == sandbox.exec(["python3", "-V"]).stdout
+
+
 def test_stdin_env_cwd_user(sandbox: Container) -> None:
     assert sandbox.exec("tr a-z A-Z", stdin="hello").stdout == "HELLO"
     assert sandbox.exec("echo $GREETING", env={"GREETING": "hi"}).stdout == "hi\n"

@@ -63,7 +63,8 @@ async def test_groups_fork_one_state_and_record_everything(url: str, tmp_path: P
     assert set(record) >= {"episode_id", "task_id", "group_id", "seed", "observation", "steps", "reward", "resolved",
                            "terminated", "truncated", "wall_s", "claim_ms", "cpu_seconds", "memory_peak_bytes"}
     assert set(record["steps"][0]) == {"action", "observation", "reward", "terminated", "truncated", "error",
-                                       "policy_ms", "sandbox_ms"}
+                                       "exit_code", "policy_ms", "sandbox_ms"}
+    assert record["steps"][0]["exit_code"] == 0 and record["steps"][-1]["exit_code"] is None, "bash's, and none else"
 
 
 async def test_a_crashed_collection_resumes_without_redoing_episodes(url: str, tmp_path: Path) -> None:

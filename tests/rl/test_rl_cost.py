@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
+from rollbox._console import make_console
 from rollbox.errors import InvalidRequest
 from rollbox.models import ClaimCost
 from rollbox.rl.collect import Observation, collect_async
-from rollbox.rl.cost import PriceTable, load_prices, summarize
+from rollbox.rl.cost import PriceTable, load_prices, micro, summarize
 from rollbox.rl.train import TrainConfig, train
 from tests.support.servers import example_tasks
 
@@ -45,7 +45,7 @@ def test_the_summary_prices_each_iteration_and_task(url: str, tmp_path: Path) ->
     prices.write_text("machine_type: test-machine\ncpu_hour: 3.6\ngb_hour: 36\ncurrency: EUR\n")
     output = io.StringIO()
     report = train(TrainConfig(iterations=2, group_size=2, task_ids=[TASK.id], url=url, out_dir=tmp_path / "run",
-                               progress=False, prices=prices), Console(file=output, width=200))
+                               progress=False, prices=prices), make_console(file=output))
     table = load_prices(prices)
     trajectories = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
     costs = [ClaimCost(**t["cost"]) for t in trajectories]
@@ -56,7 +56,20 @@ def test_the_summary_prices_each_iteration_and_task(url: str, tmp_path: Path) ->
     assert report.tasks[TASK.id] == report.cost
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["prices"]["machine_type"] == "test-machine" and summary["cost"]["price"] == report.cost.price
-    assert "cost on test-machine" in output.getvalue() and "EUR" in output.getvalue()
+    printed = output.getvalue().splitlines()
+    header = next(line.split() for line in printed if "success" in line)
+    assert header[-2:] == ["µEUR/episode", "µEUR/iter"], "prices print in millionths of the table's currency"
+    rows = [line.split() for line in printed if line.split()[:1] in (["0"], ["1"])]
+    assert [row[-2:] for row in rows] == [[micro(s.cost.price_per_episode), micro(s.cost.price)]
+                                          for s in report.iterations]
+    assert all(float(row[-1]) > 0 for row in rows)
+    assert f"cost on test-machine: {micro(report.cost.price)} µEUR ({micro(report.cost.price_per_episode)} µEUR " \
+           "per episode;" in output.getvalue()
+
+
+def test_a_millionth_of_a_dollar_shows() -> None:
+    assert micro(2.4e-6) == "2.40" and micro(0.0) == "0.00" and micro(1.5) == "1500000.00"
+    assert PriceTable(machine_type="m", cpu_hour=1, gb_hour=1).micro_unit == "µUSD"
 
 
 def test_price_tables() -> None:

@@ -38,10 +38,11 @@ async def test_episode_tools_and_reward(url: str) -> None:
         observation, reward, terminated, truncated, info = await env.step({"tool": "bash", "command": "pwd; ls"})
         assert observation == "[exit code 0]\n/work/ledger\nledger"
         assert (reward, terminated, truncated) == (0, False, False)
-        observation, *_ = await env.step({"tool": "bash", "command": "echo out; echo err >&2; exit 3"})
-        assert observation == "[exit code 3]\nout\n[stderr]\nerr"
-        observation, *_ = await env.step({"tool": "read_file", "path": "ledger/money.py"})
-        assert 'text = f"${whole:,}.{fraction}"' in observation
+        assert info["exit_code"] == 0
+        observation, _, _, _, info = await env.step({"tool": "bash", "command": "echo out; echo err >&2; exit 3"})
+        assert observation == "[exit code 3]\nout\n[stderr]\nerr" and info["exit_code"] == 3
+        observation, _, _, _, info = await env.step({"tool": "read_file", "path": "ledger/money.py"})
+        assert 'text = f"${whole:,}.{fraction}"' in observation and "exit_code" not in info
         observation, *_ = await env.step({**FIX, "old": "not there"})
         assert observation.startswith("error: ") and "not found" in observation
         observation, *_ = await env.step({**FIX, "old": "cents"})
@@ -67,8 +68,8 @@ async def test_limits_truncate(url: str) -> None:
         await env.reset()
         observation, *_ = await env.step({"tool": "bash", "command": "seq 1 100000"})
         assert "characters cut" in observation and observation.endswith("99999\n100000")
-        observation, reward, terminated, truncated, _ = await env.step({"tool": "bash", "command": "sleep 5"})
-        assert observation == "[timed out after 1s]\n[episode truncated: 2 steps]"
+        observation, reward, terminated, truncated, info = await env.step({"tool": "bash", "command": "sleep 5"})
+        assert observation == "[timed out after 1s]\n[episode truncated: 2 steps]" and info["exit_code"] is None
         assert (reward, terminated, truncated) == (0.0, False, True)
     async with AsyncSandboxEnv([CENTS], url=url, limits=EpisodeLimits(max_seconds=0.5)) as env:
         await env.reset()

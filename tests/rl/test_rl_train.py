@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -42,6 +43,24 @@ def test_success_rises_because_of_the_rewards(url: str, tmp_path: Path) -> None:
     assert (tmp_path / "real" / "reward_curve.png").read_bytes().startswith(b"\x89PNG")
     assert len((tmp_path / "real" / "trajectories.jsonl").read_text().splitlines()) == real.episodes
     assert json.loads((tmp_path / "real" / "summary.json").read_text())["episodes"] == real.episodes
+
+
+@pytest.mark.slow
+def test_in_a_pipe_the_trainers_lines_stay_whole(tmp_path: Path) -> None:
+    """`make train | tee log` or a CI log: no line wraps at 80 columns, and no progress bar litters the table."""
+    done = subprocess.run([sys.executable, "-m", "rollbox.rl.train", "--iterations", "1", "--group-size", "2",
+                           "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert re.fullmatch(r"embedded server at unix:///\S+/router\.sock \(data in .+/data\)", lines[0]), lines[0]
+    (header,) = [line.split() for line in lines if "P(fix)" in line]
+    assert header[0] == "iter" and header[-2:] == ["µUSD/episode", "µUSD/iter"]
+    (row,) = [line.split() for line in lines if line.split()[:1] == ["0"]]
+    assert len(row) == len(header), "a cell for every header (`claim p50` and `12.3 ms` are two words each)"
+    assert 0 < float(row[-2]) < float(row[-1]), "an episode's price shows in µUSD, and an iteration's is more"
+    assert re.fullmatch(r"cost on \S+: [\d.]+ µUSD \([\d.]+ µUSD per episode; .+ memory GB-seconds\)", lines[-1])
+    assert "━" not in done.stdout and len(lines) == 6, done.stdout
 
 
 def test_cli_help() -> None:

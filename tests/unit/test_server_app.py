@@ -148,6 +148,16 @@ async def test_an_open_server_has_one_tenant_which_is_its_admin(node: MemoryNode
         assert (await http.post("/v1/apply", json={"documents": [TEMPLATE]})).status_code == 200
 
 
+async def test_the_dashboard_learns_without_a_token_whether_it_needs_one(node: MemoryNode,
+                                                                          http: httpx.AsyncClient) -> None:
+    anonymous = {"Authorization": ""}
+    assert (await http.get("/dashboard/api/access", headers=anonymous)).json() == {"token_required": True}
+    error(await http.get("/dashboard/api/overview", headers=anonymous), 401, "unauthorized")
+    async with client_of(create_app(node)) as open_server:  # type: ignore[arg-type]
+        assert (await open_server.get("/dashboard/api/access")).json() == {"token_required": False}
+        assert (await open_server.get("/dashboard/api/overview")).json()["admin"] is True
+
+
 # -- bad requests and failures ----------------------------------------------------------------------
 
 async def test_malformed_or_misspelt_bodies_are_422(http: httpx.AsyncClient) -> None:

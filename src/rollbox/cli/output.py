@@ -9,14 +9,14 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel
-from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rollbox._console import make_console
 from rollbox.client import ApplyEvent
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = make_console()
+err = make_console(stderr=True)
 
 
 def progress() -> Progress:

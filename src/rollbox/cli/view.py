@@ -21,8 +21,8 @@ def add_command(commands: Commands) -> None:
     view = commands.add_parser(
         "view", help="browse a run's trajectories in a web page on this machine",
         description="Serves the trajectory viewer over one trajectories.jsonl on 127.0.0.1 until stopped (Ctrl-C): "
-                    "episodes by task and reward, each step's action, observation, timings and cost, the reward "
-                    "curve.")
+                    "episodes by task and reward, the reward curve, and each episode as a timeline: its actions, "
+                    "exit codes, times, observations and model calls, then its tests, failed ones first.")
     view.add_argument("path", type=Path, metavar="RUN",
                       help=f"a {RUN_FILE}, or the directory that holds one (rollbox-train's output directory)")
     view.add_argument("--port", type=int, default=0, help="loopback port to listen on (default: a free one)")

@@ -4,6 +4,9 @@ Nothing else of the host is visible: not its `/etc` (beyond a few files every ho
 so never its private keys), `/home`, `/root`, `/var` or sockets. Each subdirectory of `/usr` except
 `/usr/local` is bound separately, so builds can still install into `/usr/local`. The binds are
 nosuid, so setuid programs under `/usr` grant nothing.
+
+`python` runs the host's `python3` (a link in `/usr/local/bin`, ahead of `/usr/bin` on the PATH), since
+many agent scripts and demos call `python`, which Debian's `/usr` does not have.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 from rollbox.engine.layers import LayerStore
 from rollbox.engine.oci import Bind
 
-VERSION = "host-base-3"
+VERSION = "host-base-4"
 _COPIED_FROM_HOST_ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "debian_version",
                          "os-release", "bash.bashrc", "profile", "inputrc", "mime.types", "protocols",
                          "services", "ssl", "ca-certificates")
@@ -26,6 +29,7 @@ PASSWD = ("root:x:0:0:root:/root:/bin/bash\n"
           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
 GROUP = "root:x:0:\ntty:x:5:\nuser:x:1000:\nnogroup:x:65534:\n"
 HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+PYTHON3 = _USR / "bin" / "python3"
 
 
 def _private(directory: str, names: list[str]) -> set[str]:
@@ -69,6 +73,8 @@ def host_base_layer(store: LayerStore) -> str:
     for link in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         if (Path("/") / link).is_symlink():
             (root / link).symlink_to(os.readlink(Path("/") / link))
+    if PYTHON3.exists():
+        (root / "usr/local/bin/python").symlink_to(PYTHON3)
     etc = root / "etc"
     etc.mkdir()
     # Only what every host user may read: /etc/ssl brings certificates, never /etc/ssl/private.

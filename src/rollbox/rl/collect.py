@@ -21,6 +21,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rollbox import tracing
+from rollbox._console import make_console
 from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import InvalidRequest, RollboxError
 from rollbox.rl.episode import CLAIM_GRACE, Episode, EpisodeLimits
@@ -160,7 +161,7 @@ class _Collector:
             trajectory.steps.append(StepRecord(
                 action=result.action, observation=result.observation, reward=result.reward,
                 terminated=result.terminated, truncated=result.truncated, error=result.info.get("error"),
-                policy_ms=policy_ms, sandbox_ms=result.info["sandbox_ms"]))
+                exit_code=result.info.get("exit_code"), policy_ms=policy_ms, sandbox_ms=result.info["sandbox_ms"]))
             observation = Observation(result.observation, observation.task, observation.episode_id,
                                       observation.step + 1, observation.seed,
                                       (*observation.turns, Turn(result.action, result.observation)),
@@ -223,7 +224,8 @@ async def collect_async(policy: Policy, tasks: Sequence[Task], *, client: AsyncS
     try:
         with contextlib.ExitStack() as stack:
             log = stack.enter_context(TrajectoryLog(out)) if out else None
-            bar = stack.enter_context(Progress(*columns, disable=not progress))
+            shown = make_console()  # a bar redraws itself on a terminal only: elsewhere it would be a stray line
+            bar = stack.enter_context(Progress(*columns, console=shown, disable=not (progress and shown.is_terminal)))
             collector = _Collector(policy, client, group_size=group_size, concurrency=concurrency, seed=seed,
                                    tag=tag, limits=limits or EpisodeLimits(), log=log, progress=bar)
             bar.update(collector.bar, total=sum(len(group.members) for group in plan))

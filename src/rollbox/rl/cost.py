@@ -36,6 +36,20 @@ class PriceTable(BaseModel):
         return (cost.cpu_seconds * self.cpu_hour + cost.memory_gb_seconds * self.gb_hour
                 + cost.disk_gb_seconds * self.disk_gb_hour) / 3600
 
+    @property
+    def micro_unit(self) -> str:
+        """The unit prices are printed in (`micro`): a millionth of the currency, `µUSD`."""
+        return f"µ{self.currency}"
+
+
+MICRO = 1_000_000
+
+
+def micro(price: float) -> str:
+    """A price in millionths of its currency, as printed: an episode costs a few millionths of a dollar, which six
+    decimals of a dollar would show as 0.000000. Files (summary.json, trajectories) keep the price itself."""
+    return f"{price * MICRO:.2f}"
+
 
 def load_prices(path: str | Path) -> PriceTable:
     """A price table from YAML (`machine_type`, `cpu_hour`, `gb_hour`, optionally `disk_gb_hour`, `currency`)."""

@@ -138,7 +138,7 @@ class Episode:
                 observation = f"Submitted. {self.verdict.summary()}"
                 info["verdict"] = self.verdict.model_dump()
             else:
-                observation = await self._run(action)
+                observation = await self._run(action, info)
         except RollboxError as error:
             observation = f"error: {error}"
             info["error"] = error.code
@@ -150,12 +150,13 @@ class Episode:
         self.observation = observation
         return StepResult(recorded, observation, reward, terminated, truncated, info)
 
-    async def _run(self, action: Action) -> str:
+    async def _run(self, action: Action, info: dict[str, Any]) -> str:
         limit = self.limits.max_output_chars
         if isinstance(action, Bash):
             timeout = min(action.timeout or self.limits.command_timeout, self.limits.command_timeout)
             budget = min(timeout, max(1.0, self._seconds_left()))
             result = await self.sandbox.commands.run(action.command, timeout=budget, cwd=self.task.workdir)
+            info["exit_code"] = result.exit_code
             return render_exec(result, timeout, limit)
         path = resolve(self.task.workdir, action.path)
         if isinstance(action, ReadFile):

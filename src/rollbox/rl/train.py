@@ -24,10 +24,11 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from rollbox import tracing
+from rollbox._console import make_console
 from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandboxClient
 from rollbox.rl.collect import collect_async
-from rollbox.rl.cost import DEFAULT_PRICES, CostSummary, PriceTable, combine, load_prices, summarize
+from rollbox.rl.cost import DEFAULT_PRICES, CostSummary, PriceTable, combine, load_prices, micro, summarize
 from rollbox.rl.grpo import CandidatePolicy, grpo_update
 from rollbox.rl.tasks import Task, load_tasks
 from rollbox.rl.trajectory import Trajectory, read_trajectories, write_parquet
@@ -35,8 +36,9 @@ from rollbox.server.local import LocalServer
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox-rl")
-COLUMNS = ("iter", "episodes", "success", "reward", "P(fix)", "eps/s", "claim p50", "exec p50", "verify p50",
-           "cost/episode")
+COLUMNS = (("iter", 5), ("episodes", 10), ("success", 9), ("reward", 8), ("P(fix)", 8), ("eps/s", 7),
+           ("claim p50", 11), ("exec p50", 10), ("verify p50", 12), ("{unit}/episode", 16), ("{unit}/iter", 14))
+"""The table's headers and widths; the last two are the iteration's cost in the price table's `micro_unit`."""
 
 
 @dataclass
@@ -102,7 +104,7 @@ class TrainReport(BaseModel):
 
 
 def train(config: TrainConfig, console: Console | None = None) -> TrainReport:
-    console = console or Console(highlight=False)
+    console = console or make_console()
     if config.url:
         return asyncio.run(_train(config, config.url, console))
     with LocalServer(config.data_dir) as server:
@@ -126,7 +128,7 @@ async def _train(config: TrainConfig, url: str, console: Console) -> TrainReport
         await client.apply(str(config.template))
         console.print(f"applied {config.template.name}; training on {len(tasks)} tasks, "
                       f"{config.group_size} episodes per group, {config.iterations} iterations")
-        console.print(_row(COLUMNS))
+        console.print(_row([header.format(unit=prices.micro_unit) for header, _ in COLUMNS]))
         for iteration in range(config.iterations):
             begun = time.perf_counter()
             batch = await collect_async(policy, tasks, client=client, group_size=config.group_size,
@@ -151,9 +153,9 @@ async def _train(config: TrainConfig, url: str, console: Console) -> TrainReport
     (out / "summary.json").write_text(report.model_dump_json(indent=2))
     console.print(f"{report.episodes} episodes in {report.wall_s:.0f}s; success {history[0].success_rate:.2f} -> "
                   f"{history[-1].success_rate:.2f}; wrote {jsonl}, {curve or 'no curve (matplotlib missing)'}")
-    console.print(f"cost on {prices.machine_type}: {report.cost.price:.6f} {prices.currency} "
-                  f"({report.cost.price_per_episode:.6f} per episode; {report.cost.cpu_seconds:.1f} CPU-seconds, "
-                  f"{report.cost.memory_gb_seconds:.1f} memory GB-seconds)")
+    console.print(f"cost on {prices.machine_type}: {micro(report.cost.price)} {prices.micro_unit} "
+                  f"({micro(report.cost.price_per_episode)} {prices.micro_unit} per episode; "
+                  f"{report.cost.cpu_seconds:.1f} CPU-seconds, {report.cost.memory_gb_seconds:.1f} memory GB-seconds)")
     return report
 
 
@@ -194,11 +196,13 @@ def _stats(iteration: int, batch: list[Trajectory], wall: float, expected: float
 def _cells(stats: IterationStats) -> tuple[str, ...]:
     return (str(stats.iteration), str(stats.episodes), f"{stats.success_rate:.2f}", f"{stats.mean_reward:.2f}",
             f"{stats.expected_success:.2f}", f"{stats.episodes_per_s:.1f}", f"{stats.claim_p50_ms:.1f} ms",
-            f"{stats.exec_p50_ms:.1f} ms", f"{stats.verify_p50_ms:.1f} ms", f"{stats.cost.price_per_episode:.6f}")
+            f"{stats.exec_p50_ms:.1f} ms", f"{stats.verify_p50_ms:.1f} ms", micro(stats.cost.price_per_episode),
+            micro(stats.cost.price))
 
 
 def _row(cells: Sequence[str]) -> str:
-    return "".join(cell.rjust(width) for cell, width in zip(cells, (5, 10, 9, 8, 8, 7, 11, 10, 12, 14), strict=True))
+    """One line of plain columns, right-aligned: printed as each iteration ends, it cannot wait to size them."""
+    return "".join(cell.rjust(width) for cell, (_, width) in zip(cells, COLUMNS, strict=True))
 
 
 def _plot(history: list[IterationStats], path: Path, shuffled: bool) -> str | None:

@@ -28,6 +28,8 @@ class StepRecord(BaseModel):
     truncated: bool = False
     error: str | None = None
     """The error code when the action failed (invalid_action, file_not_found, edit_failed, ...)."""
+    exit_code: int | None = None
+    """A bash action's exit code; None for the other tools and for a command that timed out."""
     policy_ms: float = 0.0
     sandbox_ms: float = 0.0
 

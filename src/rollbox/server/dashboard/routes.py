@@ -55,6 +55,12 @@ def add_routes(routes: Routes, node: Node, activity: Activity) -> None:
         """The dashboard's styles."""
         return assets.response(name, ".css")
 
+    @add("GET", "/dashboard/api/access", answer="application/json", auth=False)
+    async def dashboard_access() -> Response:
+        """Whether the data routes need a token, so the page of an open server asks for none. Says no more than
+        any route's answer to a call without a token does."""
+        return json_response({"token_required": not tenants.open})
+
     @add("GET", "/dashboard/api/overview", answer="application/json")
     async def dashboard_overview(tenant: str) -> Response:
         """Nodes, warm pools, the caller's sandboxes (an admin's: everyone's) and recent claim and exec latency."""

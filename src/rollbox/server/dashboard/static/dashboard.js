@@ -1,5 +1,6 @@
 // The live dashboard: polls the server's dashboard routes with the token kept in this tab's sessionStorage
-// (sent as a bearer header, never in a URL) and updates the page in place.
+// (sent as a bearer header, never in a URL) and updates the page in place. A server without tokens says so
+// (/dashboard/api/access), and its page asks for none.
 
 import { LineChart } from "./chart.js";
 import { byId, bytes, duration, el, number, setText, showRows } from "./dom.js";
@@ -9,13 +10,13 @@ const TOKEN_KEY = "rollbox-token";
 const PAUSE_MS = 1000; // between an answer and the next call: updates stay under 2 s apart while answers are fast
 const PAGE_SIZE = 100;
 
-const state = { token: sessionStorage.getItem(TOKEN_KEY), generation: 0, page: 0, selected: null, admin: false,
-  rows: new Map(), cpu: new Map(), updates: 0 };
+const state = { token: sessionStorage.getItem(TOKEN_KEY), open: false, generation: 0, page: 0, selected: null,
+  admin: false, rows: new Map(), cpu: new Map(), updates: 0 };
 
 class Unauthorized extends Error {}
 
 async function api(path) {
-  const headers = { Authorization: `Bearer ${state.token}` };
+  const headers = state.token ? { Authorization: `Bearer ${state.token}` } : {};
   const answer = await fetch(path, { headers, cache: "no-store", credentials: "omit" });
   if (answer.status === 401) throw new Unauthorized((await answer.json()).error.message);
   if (!answer.ok) throw new Error(`${path}: ${answer.status}`);
@@ -26,6 +27,7 @@ async function api(path) {
 
 function showSignIn(message) {
   state.generation += 1;
+  state.open = false;
   byId("fleet").hidden = true;
   byId("sign-out").hidden = true;
   byId("sign-in").hidden = false;
@@ -53,7 +55,8 @@ function signOut() {
 const charts = {};
 
 function renderNode(overview) {
-  setText(byId("who"), `${overview.tenant}${overview.admin ? " (admin: every tenant)" : ""}`);
+  setText(byId("who"), `${overview.tenant}${overview.admin ? " (admin: every tenant)" : ""}`
+    + `${state.open ? "; an open server: no token needed" : ""}`);
   setText(byId("node-sandboxes"), overview.node.sandboxes ?? "–");
   setText(byId("node-max"), overview.node.max_sandboxes ?? "–");
   setText(byId("node-claims"), overview.node.claims ?? "–");
@@ -191,12 +194,25 @@ async function poll(generation) {
 }
 
 function start() {
-  if (!state.token) { showSignIn(""); return; }
+  if (!state.token && !state.open) { showSignIn(""); return; }
   state.generation += 1;
   byId("sign-in").hidden = true;
   byId("fleet").hidden = !byId("trajectories").hidden;
-  byId("sign-out").hidden = false;
+  byId("sign-out").hidden = state.open;
   poll(state.generation);
+}
+
+// Asks the server whether it needs a token at all; if it cannot say, the page asks for one as before.
+async function begin() {
+  if (!state.token) {
+    try {
+      const answer = await fetch("/dashboard/api/access", { cache: "no-store", credentials: "omit" });
+      state.open = answer.ok && (await answer.json()).token_required === false;
+    } catch {
+      state.open = false;
+    }
+  }
+  start();
 }
 
 function showTab(name) {
@@ -222,4 +238,4 @@ byId("tab-fleet").addEventListener("click", () => showTab("fleet"));
 byId("tab-trajectories").addEventListener("click", () => showTab("trajectories"));
 byId("page-prev").addEventListener("click", () => page(-1));
 byId("page-next").addEventListener("click", () => page(1));
-start();
+begin();

@@ -1,12 +1,10 @@
 // The trajectory viewer: parses a trajectories.jsonl (one episode a line, docs/tasks.md) and shows the run's
-// reward curve, its episodes by task and reward, and each step's action, observation, timings and cost.
+// reward curve, its episodes by task and reward, and the chosen one as a timeline (episode.js).
 // Everything shown goes through textContent (dom.js): observations are untrusted program output.
 
 import { LineChart } from "./chart.js";
 import { el, number } from "./dom.js";
-
-const STEP_FIELDS = new Set(["action", "observation", "reward", "terminated", "truncated", "error", "policy_ms", "sandbox_ms"]);
-const EPISODE_HIDDEN = new Set(["steps", "observation"]);
+import { episodeTimeline, show } from "./episode.js";
 
 export function parseRun(text) {
   const episodes = [];
@@ -59,13 +57,6 @@ function cpuOf(episode) {
 function memoryOf(episode) {
   const gbSeconds = episode.cost?.memory_gb_seconds;
   return typeof gbSeconds === "number" ? gbSeconds : null;
-}
-
-function show(value) {
-  if (value === null || value === undefined) return "–";
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(3);
-  if (typeof value === "string") return value;
-  return JSON.stringify(value, null, 2);
 }
 
 export class Viewer {
@@ -142,24 +133,6 @@ export class Viewer {
   select(episode) {
     this.selected = episode;
     for (const row of this.list.children) row.classList.toggle("selected", row.dataset.id === episode.episode_id);
-    const fields = Object.entries(episode).filter(([key]) => !EPISODE_HIDDEN.has(key));
-    this.detail.replaceChildren(
-      el("h3", { text: episode.episode_id }),
-      el("table", { class: "fields" }, el("tbody", {}, ...fields.map(([key, value]) =>
-        el("tr", {}, el("th", { text: key }), el("td", {}, el("pre", { text: show(value) })))))),
-      el("h4", { text: "First observation" }),
-      el("pre", { class: "observation", text: show(episode.observation) }),
-      ...episode.steps.map((step, index) => this.step(step, index)));
-  }
-
-  step(step, index) {
-    const extra = Object.entries(step).filter(([key]) => !STEP_FIELDS.has(key));
-    return el("div", { class: "step", "data-step": String(index) },
-      el("h4", { text: `Step ${index + 1}: reward ${show(step.reward)}; policy ${number(step.policy_ms, 1)} ms; `
-        + `sandbox ${number(step.sandbox_ms, 1)} ms${step.error ? `; error ${step.error}` : ""}`
-        + `${step.terminated ? "; terminated" : ""}${step.truncated ? "; truncated" : ""}` }),
-      el("div", { class: "label", text: "Action" }), el("pre", { class: "action", text: show(step.action) }),
-      el("div", { class: "label", text: "Observation" }), el("pre", { class: "observation", text: show(step.observation) }),
-      ...extra.map(([key, value]) => el("div", {}, el("span", { class: "label", text: `${key}: ` }), el("code", { text: show(value) }))));
+    this.detail.replaceChildren(...episodeTimeline(episode));
   }
 }
