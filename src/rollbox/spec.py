@@ -306,8 +306,16 @@ class TemplateRef(Model):
 class WarmPoolSpec(Model):
     replicas: int = Field(ge=0)
     max_replicas: int | None = Field(None, alias="maxReplicas", ge=0)
-    sandbox_template_ref: TemplateRef = Field(alias="sandboxTemplateRef")
+    sandbox_template_ref: TemplateRef | None = Field(None, alias="sandboxTemplateRef")
+    image: str | None = None
+    """A registry image whose sandboxes the pool keeps ready, instead of a template (one node; docs/images.md)."""
     refill_concurrency: int = Field(2, alias="refillConcurrency", ge=1)
+
+    @model_validator(mode="after")
+    def _template_or_image(self) -> WarmPoolSpec:
+        if self.sandbox_template_ref is None and self.image is None:
+            raise ValueError("a warm pool names a template (sandboxTemplateRef) or a registry image (image)")
+        return self
 
     @model_validator(mode="after")
     def _max_covers_replicas(self) -> WarmPoolSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -168,3 +169,25 @@ def test_cli_pulls_lists_and_removes(url: str, images: dict[str, str], counting:
     assert images["task-1"] in listing and "on disk (shared layers once)" in listing
     rollbox("image", "rm", images["task-1"])
     assert images["task-1"] not in rollbox("image", "ls")
+
+
+def test_a_warm_pool_of_an_image_hands_out_its_sandboxes(alice: SandboxClient, images: dict[str, str]) -> None:
+    alice.apply(f"""
+apiVersion: rollbox.dev/v1alpha1
+kind: SandboxWarmPool
+metadata: {{name: task-pool}}
+spec: {{replicas: 2, image: "{images['task-1']}"}}
+""")
+    wait = time.monotonic() + 60
+    while alice.get_warmpool("task-pool").ready < 2:
+        assert time.monotonic() < wait, "the image's pool did not fill"
+        time.sleep(0.1)
+    with alice.create_sandbox(image=images["task-1"], warmpool="task-pool") as sandbox:
+        assert sandbox.commands.run("cat /task").stdout == "1\n"
+    assert not any(template.name.startswith("image-") for template in alice.list_templates())
+    alice.delete_warmpool("task-pool")
+
+
+def test_template_names_of_images_are_reserved(alice: SandboxClient) -> None:
+    with pytest.raises(errors.InvalidResource, match="choose another name"):
+        alice.apply("apiVersion: rollbox.dev/v1alpha1\nkind: SandboxTemplate\nmetadata: {name: image-mine}\n")

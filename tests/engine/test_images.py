@@ -7,8 +7,12 @@ directories on top of it.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -171,3 +175,62 @@ def test_deep_image_is_merged_below_overlay_limits(engine: Engine, registry: Reg
         result = box.exec(f"ls /deep | wc -l; test -e /deep/gone || echo gone; ls /deep/dir; "
                           f"cat /deep/{MAX_IMAGE_LAYERS}")
     assert result.stdout.split() == [str(MAX_IMAGE_LAYERS + 10 + 1), "gone", "new", str(MAX_IMAGE_LAYERS)]
+
+
+PULL_AND_DIE = """
+import sys
+from pathlib import Path
+from rollbox.engine import Engine
+from rollbox.engine.images.registry import RegistrySettings
+data, run, reference, host, user, password = sys.argv[1:]
+engine = Engine(Path(data), run_dir=run, registries=RegistrySettings(insecure=frozenset({host})))
+engine.images.pull(reference, {host: (user, password)}, lambda line: print(line, flush=True))
+"""
+
+
+def test_a_pull_killed_midway_leaves_nothing_half_used(registry: Registry, images: dict[str, str],
+                                                       tmp_path: Path) -> None:
+    proxy = CuttingProxy(registry.host, cuts=0, pause=0.02).start()
+    data, run = tmp_path / "data", str(RUN_ROOT / f"test-kill-{os.getpid()}")
+    reference = images["big"].replace(registry.host, proxy.host)
+    try:
+        pulling = subprocess.Popen([sys.executable, "-c", PULL_AND_DIE, str(data), run, reference, proxy.host,
+                                    "alice", USERS["alice"]], stdout=subprocess.PIPE, text=True,
+                                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")})
+        assert pulling.stdout is not None
+        for line in pulling.stdout:
+            if "layer 2/2" in line and "MB/s" in line:  # the big layer is on its way
+                break
+        pulling.kill()
+        pulling.wait()
+        engine = Engine(data, run_dir=run, registries=RegistrySettings(insecure=frozenset({proxy.host})))
+        try:
+            assert not list(engine.layers.layers.glob(".partial-*"))
+            assert not any((data / "build").iterdir())
+            assert not list((data / "images" / "registry" / "auth").iterdir()), "a credentials file outlived its pull"
+            proxy.pause = 0.0
+            pulled = engine.images.pull(reference, {proxy.host: ("alice", USERS["alice"])})
+            with engine.create(engine.image_template(pulled)) as box:
+                assert box.exec("wc -c < /blob").stdout.strip() == str(2 * 2**20)
+        finally:
+            teardown_engine(engine)
+    finally:
+        proxy.stop()
+
+
+def test_mirror_and_the_operators_auth_file(registry: Registry, images: dict[str, str], tmp_path: Path) -> None:
+    """An image of a registry this machine cannot reach comes from its mirror, with the credentials of the
+    operator's docker config.json."""
+    auth = tmp_path / "config.json"
+    token = base64.b64encode(f"alice:{USERS['alice']}".encode()).decode()
+    auth.write_text(json.dumps({"auths": {registry.host: {"auth": token}}}))
+    settings = RegistrySettings(auth_file=auth, mirrors={"registry.invalid": (registry.host,)},
+                                insecure=frozenset({registry.host}))
+    behind = Engine(tmp_path / "data", run_dir=RUN_ROOT / f"test-mirror-{os.getpid()}", registries=settings)
+    try:
+        pulled = behind.images.pull(images["other"].replace(registry.host, "registry.invalid"))
+        assert pulled.name.startswith("registry.invalid/swe/other")
+        with behind.create(behind.image_template(pulled)) as box:
+            assert box.exec("cat /other").stdout == "yes"
+    finally:
+        teardown_engine(behind)

@@ -217,12 +217,13 @@ def _skopeo_env(root: Path) -> dict[str, str]:
 
 class CuttingProxy:
     """A TCP proxy in front of a registry that breaks off the first `cuts` blob downloads after `after` bytes of
-    answer: a connection cut mid-blob, as a flaky network makes it."""
+    answer (a connection cut mid-blob, as a flaky network makes it), and waits `pause` seconds before each piece
+    it passes on (a slow one)."""
 
-    def __init__(self, target: str, cuts: int = 1, after: int = 4096) -> None:
+    def __init__(self, target: str, cuts: int = 1, after: int = 4096, pause: float = 0.0) -> None:
         self.target_host, _, port = target.rpartition(":")
         self.target_port = int(port)
-        self.cuts, self.after = cuts, after
+        self.cuts, self.after, self.pause = cuts, after, pause
         self.port = free_port()
         self.blob_requests = 0
         self._server: socket.socket | None = None
@@ -276,6 +277,8 @@ class CuttingProxy:
                 break
             client.sendall(data)
             sent += len(data)
+            if self.pause:
+                time.sleep(self.pause)
         client.close()
         upstream.close()
 

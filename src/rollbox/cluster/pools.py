@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rollbox.cluster.view import NodeState
+from rollbox.errors import InvalidResource
 from rollbox.spec import API_VERSION, Metadata, SandboxWarmPool, TemplateRef, WarmPoolSpec
 
 PREFIX = "rollbox.io/cluster-"
@@ -34,6 +35,9 @@ class ClusterPool:
     @classmethod
     def applied(cls, resource: SandboxWarmPool) -> ClusterPool:
         spec, metadata = resource.spec, resource.metadata
+        if spec.sandbox_template_ref is None:
+            raise InvalidResource(f"SandboxWarmPool {metadata.name}: on a cluster a warm pool names a template: apply "
+                                  f"one whose base is the image (base: docker://{spec.image}) and pool that")
         return cls(metadata.name, spec.sandbox_template_ref.name, spec.replicas, spec.max_replicas,
                    spec.refill_concurrency, time.time_ns(), _own(metadata.labels))
 

@@ -98,12 +98,13 @@ class RemoteNode:
 
     # -- resources --------------------------------------------------------------------------
 
-    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+    async def apply(self, resource: Resource, progress: Callable[[str], None], tenant: str | None = None
+                    ) -> ApplyStatus:
         def report(event: ApplyEvent) -> None:
             if event.event == "progress" and event.message:
                 progress(event.message)
 
-        events = await self.send(ROUTER_TENANT, calls.apply_resources([resource], None, report))
+        events = await self.send(tenant or ROUTER_TENANT, calls.apply_resources([resource], None, report))
         return events[-1].status or "unchanged"
 
     async def templates(self) -> list[TemplateInfo]:

@@ -315,7 +315,8 @@ class ClusterNode(ImageOperations):
 
     # -- resources --------------------------------------------------------------------------
 
-    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+    async def apply(self, resource: Resource, progress: Callable[[str], None], tenant: str | None = None
+                    ) -> ApplyStatus:
         """A template is built on every node (progress is the first node's); a warm pool is split over them."""
         nodes = self._answering()
         if not nodes:
@@ -323,7 +324,7 @@ class ClusterNode(ImageOperations):
         if isinstance(resource, SandboxTemplate):
             told = [progress, *[no_progress] * (len(nodes) - 1)]  # the same build, told once
             with _answered("the template's build"):
-                statuses = await asyncio.gather(*(self._remote(node.url).apply(resource, say)
+                statuses = await asyncio.gather(*(self._remote(node.url).apply(resource, say, tenant)
                                                   for node, say in zip(nodes, told, strict=True)))
             return "created" if "created" in statuses else "configured" if "configured" in statuses else "unchanged"
         before = read_pools(self.watcher.view.values()).get(resource.metadata.name)

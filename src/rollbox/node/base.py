@@ -44,8 +44,10 @@ FileOp = Literal["read", "write", "remove", "list", "stat", "mkdir", "download_t
 
 class Node(Protocol):
     # -- resources --------------------------------------------------------------------------
-    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
-        """Creates or updates a template or warm pool; `progress` is called on the caller's event loop."""
+    async def apply(self, resource: Resource, progress: Callable[[str], None], tenant: str | None = None
+                    ) -> ApplyStatus:
+        """Creates or updates a template or warm pool; `progress` is called on the caller's event loop. A registry
+        image it names is pulled with `tenant`'s credentials."""
     async def templates(self) -> list[TemplateInfo]: ...
     async def template(self, name: str) -> TemplateInfo: ...
     async def delete_template(self, name: str) -> None: ...

@@ -99,9 +99,10 @@ class LocalNode(ProcessOperations, ImageOperations):
 
     # -- resources --------------------------------------------------------------------------
 
-    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+    async def apply(self, resource: Resource, progress: Callable[[str], None], tenant: str | None = None
+                    ) -> ApplyStatus:
         self.node_volumes.forget_templates()
-        return await self.resources.apply(resource, progress)
+        return await self.resources.apply(resource, progress, self.node_images.credentials(tenant) if tenant else {})
 
     async def templates(self) -> list[TemplateInfo]:
         return await self.resources.templates()

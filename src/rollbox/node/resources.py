@@ -13,10 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from anyio import to_thread
 
 from rollbox.engine import Engine
+from rollbox.engine.images.registry import Credentials
+from rollbox.engine.templates import IMAGE_PREFIX
 from rollbox.errors import (
     CapacityExceeded,
     Conflict,
     InvalidRequest,
+    InvalidResource,
     NotFound,
     SandboxNotFound,
     SandboxNotRunning,
@@ -28,9 +31,15 @@ from rollbox.node.deletions import Deletions
 from rollbox.node.pools import WarmPool
 from rollbox.node.store import NodeStore
 from rollbox.node.watch import ExitWatch
-from rollbox.spec import Limits, Resource, SandboxTemplate, SandboxWarmPool
+from rollbox.spec import Limits, Resource, SandboxTemplate, SandboxWarmPool, TemplateRef
 
 log = logging.getLogger("rollbox.node")
+
+
+def of_image(pool: SandboxWarmPool, template: str) -> SandboxWarmPool:
+    """A warm pool of an image, as the node keeps it: of the template made for that image's digest."""
+    spec = pool.spec.model_copy(update={"sandbox_template_ref": TemplateRef(name=template)})
+    return pool.model_copy(update={"spec": spec})
 
 
 def default_claim_caps() -> Limits:
@@ -60,24 +69,33 @@ class Resources:
 
     # -- applying ---------------------------------------------------------------------------
 
-    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+    async def apply(self, resource: Resource, progress: Callable[[str], None], credentials: Credentials
+                    ) -> ApplyStatus:
+        """Builds a template or keeps a warm pool; a registry image either names is pulled with `credentials`."""
         loop = asyncio.get_running_loop()
 
         def say(message: str) -> None:
             loop.call_soon_threadsafe(progress, message)
 
         if isinstance(resource, SandboxTemplate):
-            return await to_thread.run_sync(self._apply_template, resource, say)
+            return await to_thread.run_sync(self._apply_template, resource, say, credentials)
+        if resource.spec.image is not None:
+            pulled = await to_thread.run_sync(self.engine.images.pull, resource.spec.image, credentials, say)
+            resource = of_image(resource, self.engine.image_template(pulled))
         return await to_thread.run_sync(self._apply_pool, resource)
 
-    def _apply_template(self, template: SandboxTemplate, say: Callable[[str], None]) -> ApplyStatus:
+    def _apply_template(self, template: SandboxTemplate, say: Callable[[str], None], credentials: Credentials
+                        ) -> ApplyStatus:
         name = template.metadata.name
+        if name.startswith(IMAGE_PREFIX):
+            raise InvalidResource(f"SandboxTemplate {name}: names starting with {IMAGE_PREFIX!r} are the templates "
+                                  "rollbox makes for claims of images: choose another name")
         spec = template.model_dump_json(by_alias=True)
         before = self.engine.store.template(name)
         copies = any(step.copy_ is not None for step in template.spec.steps)
         if before is not None and before[0] == spec and not copies:
             return "unchanged"
-        image = self.engine.build(template, say)
+        image = self.engine.build(template, say, credentials)
         if before is None:
             return "created"
         if before == (spec, image):
@@ -114,8 +132,9 @@ class Resources:
     # -- reading and deleting ---------------------------------------------------------------
 
     async def templates(self) -> list[TemplateInfo]:
+        """The templates applied (those made for claims of images are not listed: their names are digests)."""
         return [TemplateInfo(name=name, spec=json.loads(spec)["spec"], built_at=built)
-                for name, spec, _, built in self.engine.store.templates()]
+                for name, spec, _, built in self.engine.store.templates() if not name.startswith(IMAGE_PREFIX)]
 
     async def template(self, name: str) -> TemplateInfo:
         found = next((t for t in await self.templates() if t.name == name), None)

@@ -30,7 +30,7 @@ def add_routes(routes: Routes, node: Node) -> None:
                 kind, name = resource.kind, resource.metadata.name
                 try:
                     status = await node.apply(resource, lambda message, kind=kind, name=name: emit(
-                        {"event": "progress", "kind": kind, "name": name, "message": message}))
+                        {"event": "progress", "kind": kind, "name": name, "message": message}), tenant)
                 except Exception as unexpected:
                     error = as_rollbox_error(unexpected)
                     emit({"event": "error", "kind": kind, "name": name, "code": error.code, "message": str(error)})

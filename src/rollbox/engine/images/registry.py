@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
@@ -43,6 +44,7 @@ BACKOFF = 0.5
 _MESSAGE = re.compile(r'msg="((?:[^"\\]|\\.)*)"')
 _DENIED = ("unauthorized", "denied", "authentication required", "manifest unknown", "name unknown", "blob unknown",
            "(not found)", "registry 401", "registry 403", "registry 404")
+_PR_SET_PDEATHSIG = 1
 _GOARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x"}
 
 Credentials = Mapping[str, tuple[str, str]]
@@ -73,6 +75,8 @@ class Registry:
         self._auth_dir = work_dir / "auth"
         for path in (work_dir, self._home, self._auth_dir):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for left in self._auth_dir.iterdir():  # a process killed mid-pull leaves its credentials file
+            left.unlink()
         self._conf = work_dir / "registries.conf"
         self._conf.write_text(registries_conf(settings))
         self._env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self._home),
@@ -169,7 +173,7 @@ class Registry:
         it stalls."""
         argv = [*self._skopeo, "layers", "--authfile", str(auth), "--retry-times", "0", ref.transport, digest]
         process = subprocess.Popen(argv, cwd=scratch, env=self._env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, start_new_session=True)
+                                   stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
         errors: list[bytes] = []
         reader = threading.Thread(target=lambda: errors.append(process.stderr.read()), daemon=True)  # type: ignore[union-attr]
         reader.start()
@@ -227,6 +231,11 @@ class Registry:
             raise BuildFailed("skopeo is not installed: run scripts/setup.sh (or apt-get install skopeo)") from None
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(argv, -1, b"", f"no answer in {CALL_TIMEOUT:.0f} s".encode())
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: a download outlives no node killed mid-pull (its files would be removed under it)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def credential_key(host: str, credentials: Credentials) -> str:
