@@ -75,6 +75,18 @@ def make_layer(files: Files, *, symlinks: Mapping[str, str] | None = None, uid: 
     return Layer(gzip.compress(raw, compresslevel=level, mtime=0), "sha256:" + hashlib.sha256(raw).hexdigest())
 
 
+def raw_layer(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Layer:
+    """A layer of exactly these tar members, in this order (for attacks: `..`, links out, devices, xattrs)."""
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    raw = plain.getvalue()
+    return Layer(gzip.compress(raw, compresslevel=1, mtime=0), "sha256:" + hashlib.sha256(raw).hexdigest())
+
+
 def busybox_layer() -> Layer:
     """A tiny base: Debian's static busybox with the applets tests use, and the sandbox's account files."""
     files: dict[str, bytes | str | Path | None] = {"bin/busybox": BUSYBOX, "etc/passwd": "root:x:0:0::/root:/bin/sh\n",

@@ -27,7 +27,7 @@ from rollbox.engine.images.registry import Credentials, Registry, RegistrySettin
 from rollbox.engine.images.sources import ArchiveSource, LayoutSource, RegistrySource, Resolved, Source
 from rollbox.engine.images.unpack import unpack_layer
 from rollbox.engine.layers import LayerStore, remove_tree
-from rollbox.errors import ImageNotFound, InvalidResource
+from rollbox.errors import ImageNotFound, InvalidRequest, InvalidResource
 
 LAYER_PREFIX = "layer-"
 TAG_SECONDS = 60.0
@@ -199,11 +199,11 @@ class ImageStore:
 
     def get(self, text: str) -> ImageRecord:
         """A local image by digest, canonical reference or local path (no registry is asked)."""
-        record = self.catalog.get(text) if text.startswith("sha256:") else None
+        record = self.catalog.get(text) if text.startswith("sha256:") else self.catalog.by_name(text)
         if record is None:
-            with contextlib.suppress(Exception):
-                record = self.catalog.by_name(str(parse(text)))
-        record = record or self.catalog.by_name(text)
+            with contextlib.suppress(InvalidRequest):
+                ref = parse(text)
+                record = self.catalog.get(ref.digest) if ref.digest else self.catalog.by_name(str(ref))
         if record is None:
             raise ImageNotFound(f"image {text!r} is not on this node: pull it first")
         return record

@@ -136,6 +136,9 @@ def _inside(name: str, dest: Path, member: str) -> str:
 
 
 def _as_is(member: tarfile.TarInfo, _: str) -> tarfile.TarInfo:
-    """Keeps owner and mode bits exactly (setuid files included: no_new_privs makes them inert in a sandbox);
-    the paths were checked by `_inside`."""
+    """Keeps owner and mode bits exactly (setuid files included: no_new_privs makes them inert in a sandbox). The
+    paths were checked by `_inside`; a hard link's target is made relative too, or tarfile would join an absolute
+    one onto nothing and link a file of this machine."""
+    if member.islnk():
+        return member.replace(name=member.name.lstrip("/"), linkname=member.linkname.lstrip("/"), deep=False)
     return member.replace(name=member.name.lstrip("/"), deep=False)
