@@ -25,6 +25,7 @@ from rollbox._console import make_console
 from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import InvalidRequest, RollboxError
 from rollbox.rl.episode import CLAIM_GRACE, Episode, EpisodeLimits
+from rollbox.rl.prefetch import Prefetch
 from rollbox.rl.prepare import prepare
 from rollbox.rl.tasks import Task
 from rollbox.rl.trajectory import StepRecord, Trajectory, TrajectoryLog, read_trajectories
@@ -68,6 +69,7 @@ class _Group:
     task: Task
     index: int
     members: list[int]
+    index_in_plan: int = 0
 
     @property
     def id(self) -> str:
@@ -76,7 +78,8 @@ class _Group:
 
 class _Collector:
     def __init__(self, policy: Policy, client: AsyncSandboxClient, *, group_size: int, concurrency: int, seed: int,
-                 tag: str, limits: EpisodeLimits, log: TrajectoryLog | None, progress: Progress) -> None:
+                 tag: str, limits: EpisodeLimits, log: TrajectoryLog | None, progress: Progress,
+                 plan: Sequence[_Group] = ()) -> None:
         self.policy = policy
         self.client = client
         self.seed = seed
@@ -86,8 +89,10 @@ class _Collector:
         self.progress = progress
         self.bar = progress.add_task("collecting", total=0, reward="")
         self.episodes = asyncio.Semaphore(concurrency)
-        self.groups = asyncio.Semaphore(max(1, -(-concurrency // group_size)) + 1)
+        at_once = max(1, -(-concurrency // group_size)) + 1
+        self.groups = asyncio.Semaphore(at_once)
         """Groups set up at once: enough to keep `concurrency` episodes busy while the next group forks."""
+        self.ahead = Prefetch(client, [group.task.image for group in plan], at_once)
         self.finished: list[Trajectory] = []
 
     async def run_group(self, group: _Group) -> None:
@@ -97,6 +102,7 @@ class _Collector:
 
     async def _run_group(self, group: _Group) -> None:
         async with self.groups:
+            self.ahead.started(group.index_in_plan)
             try:
                 children, timings = await self._fork(group)
             except RollboxError as error:
@@ -110,7 +116,7 @@ class _Collector:
         """Claims a warm sandbox, puts the task's start state in it and forks it: the sandbox and its forks
         (which the engine restarts over one frozen copy of its files) are the group's members."""
         started = time.perf_counter()
-        parent = await self.client.create_sandbox(template=group.task.template, warmpool=group.task.warmpool,
+        parent = await self.client.create_sandbox(**group.task.start,  # type: ignore[arg-type]
                                                   shutdown_after=self.limits.max_seconds + CLAIM_GRACE)
         claimed = time.perf_counter()
         try:
@@ -226,10 +232,13 @@ async def collect_async(policy: Policy, tasks: Sequence[Task], *, client: AsyncS
             log = stack.enter_context(TrajectoryLog(out)) if out else None
             shown = make_console()  # a bar redraws itself on a terminal only: elsewhere it would be a stray line
             bar = stack.enter_context(Progress(*columns, console=shown, disable=not (progress and shown.is_terminal)))
+            playing = [group for group in plan if group.members]
+            for number, group in enumerate(playing):
+                group.index_in_plan = number
             collector = _Collector(policy, client, group_size=group_size, concurrency=concurrency, seed=seed,
-                                   tag=tag, limits=limits or EpisodeLimits(), log=log, progress=bar)
+                                   tag=tag, limits=limits or EpisodeLimits(), log=log, progress=bar, plan=playing)
             bar.update(collector.bar, total=sum(len(group.members) for group in plan))
-            await _all(collector.run_group(group) for group in plan if group.members)
+            await _all(collector.run_group(group) for group in playing)
     finally:
         if owned:
             await client.close()

@@ -83,7 +83,7 @@ async def start_episode(client: AsyncSandboxClient, task: Task, limits: EpisodeL
     leaves nothing running for long.
     """
     started = time.perf_counter()
-    sandbox = await client.create_sandbox(template=task.template, warmpool=task.warmpool,
+    sandbox = await client.create_sandbox(**task.start,  # type: ignore[arg-type]
                                           shutdown_after=limits.max_seconds + CLAIM_GRACE)
     claimed = time.perf_counter()
     try:

@@ -1,11 +1,16 @@
-"""Tasks from SWE-bench rows whose repository is checked out on this machine.
+"""Tasks from SWE-bench rows: each in its own instance image, or from a checkout on this machine.
 
 A row has instance_id, repo, base_commit, patch (the reference fix), test_patch (the tests that
 judge it), problem_statement, FAIL_TO_PASS and PASS_TO_PASS (JSON-encoded lists, as in the
-dataset). The sandbox gets the repository at base_commit (as a fresh git repository, so agents can
-`git diff`); the files the test patch touches are computed here, on the host, and written only at
-verification. The template must provide the repository's Python and dependencies, and pytest
-unless `test_command` is None (the built-in runner).
+dataset).
+
+- With `image`, a pattern naming each row's instance image (SWE-bench's own hold the repository at
+  base_commit in /testbed, with its Python and dependencies), the task starts from that image and its
+  test patch is applied in the sandbox at verification, as SWE-bench's harness does.
+- With `repos` and a `template`, the sandbox gets the repository at base_commit (as a fresh git
+  repository, so agents can `git diff`); the files the test patch touches are computed here, on the
+  host, and written only at verification. The template must provide the repository's Python and
+  dependencies, and pytest unless `test_command` is None (the built-in runner).
 """
 
 from __future__ import annotations
@@ -33,8 +38,16 @@ Repos = str | Path | Callable[[str], str | Path]
 """Where checkouts are: a directory holding `<owner>__<name>` (SWE-bench's naming), or a function of `repo`."""
 
 
-def from_swebench(row: Mapping[str, Any], *, repos: Repos, template: str, warmpool: str | None = None,
-                  workdir: str = "/work/repo", test_command: str | None = PYTEST, timeout: float = 1800.0) -> Task:
+def from_swebench(row: Mapping[str, Any], *, repos: Repos | None = None, template: str | None = None,
+                  image: str | None = None, warmpool: str | None = None, workdir: str | None = None,
+                  test_command: str | None = PYTEST, timeout: float = 1800.0) -> Task:
+    """A task from one row: from the instance image `image` names (a pattern of the row's fields, e.g.
+    `HOST/swebench/sweb.eval.x86_64.{docker_id}:latest`), or from a checkout under `repos` on `template`."""
+    if image is not None:
+        return _from_image(row, image, warmpool, workdir or "/testbed", test_command, timeout)
+    if repos is None or template is None:
+        raise InvalidRequest("give an image pattern, or repos and a template, to make SWE-bench tasks")
+    workdir = workdir or "/work/repo"
     checkout = Path(repos(row["repo"]) if callable(repos) else Path(repos) / row["repo"].replace("/", "__"))
     if not (checkout / ".git").exists():
         raise InvalidRequest(f"{row['instance_id']}: no git checkout of {row['repo']} at {checkout}")
@@ -44,6 +57,34 @@ def from_swebench(row: Mapping[str, Any], *, repos: Repos, template: str, warmpo
         id=row["instance_id"], problem_statement=row["problem_statement"], template=template, warmpool=warmpool,
         workdir=workdir, repo=Repo(git=str(checkout), commit=row["base_commit"]), setup=(GIT_BASELINE,),
         tests=HiddenTests(files=files, clean=tuple(removed), fail_to_pass=tuple(_list(row["FAIL_TO_PASS"])),
+                          pass_to_pass=tuple(_list(row["PASS_TO_PASS"])), command=command, timeout=timeout),
+        solution=row["patch"],
+        metadata={key: row[key] for key in ("repo", "base_commit", "version", "created_at") if key in row})
+
+
+IMAGE_FIELDS = ("{instance_id}, {docker_id} (SWE-bench's image name: '__' as '_1776_', lowercase), {repo}, {owner}, "
+                "{name}")
+
+
+def instance_image(pattern: str, row: Mapping[str, Any]) -> str:
+    """The image a row's task starts from: `pattern` with the row's fields (IMAGE_FIELDS) put in."""
+    owner, _, name = str(row["repo"]).partition("/")
+    fields = {"instance_id": row["instance_id"], "docker_id": str(row["instance_id"]).replace("__", "_1776_").lower(),
+              "repo": row["repo"], "owner": owner, "name": name}
+    try:
+        return pattern.format(**fields)
+    except (KeyError, IndexError, ValueError) as error:
+        raise InvalidRequest(f"image pattern {pattern!r}: {error}; its fields are {IMAGE_FIELDS}") from None
+
+
+def _from_image(row: Mapping[str, Any], pattern: str, warmpool: str | None, workdir: str, test_command: str | None,
+                timeout: float) -> Task:
+    paths = sorted({path for pair in _DIFF_HEADER.findall(row["test_patch"]) for path in pair})
+    command = test_command.format(files=" ".join(shlex.quote(f) for f in paths)) if test_command else None
+    return Task(
+        id=row["instance_id"], problem_statement=row["problem_statement"], image=instance_image(pattern, row),
+        warmpool=warmpool, workdir=workdir,
+        tests=HiddenTests(patch=row["test_patch"], fail_to_pass=tuple(_list(row["FAIL_TO_PASS"])),
                           pass_to_pass=tuple(_list(row["PASS_TO_PASS"])), command=command, timeout=timeout),
         solution=row["patch"],
         metadata={key: row[key] for key in ("repo", "base_commit", "version", "created_at") if key in row})

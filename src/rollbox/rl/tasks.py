@@ -55,6 +55,9 @@ class HiddenTests(_Model):
 
     files: dict[str, str] = Field(default_factory=dict)
     """Test files by path relative to the workdir, written at verification."""
+    patch: str | None = None
+    """A unified diff applied with `git apply` at verification, after the files it touches are put back as the
+    repository's HEAD has them (SWE-bench's own way, for tasks whose image holds the repository)."""
     clean: tuple[str, ...] = ()
     """Paths (relative to the workdir) removed before the files are written, e.g. a whole tests directory."""
     fail_to_pass: tuple[str, ...]
@@ -76,7 +79,9 @@ class HiddenTests(_Model):
 class Task(_Model):
     id: str
     problem_statement: str
-    template: str
+    template: str | None = None
+    image: str | None = None
+    """A registry image the task's sandbox starts from, instead of a template (docs/images.md)."""
     warmpool: str | None = None
     workdir: str = "/work/repo"
     repo: Repo | None = None
@@ -96,7 +101,15 @@ class Task(_Model):
     def _absolute_workdir(self) -> Task:
         if not self.workdir.startswith("/"):
             raise ValueError("workdir must be an absolute path")
+        if (self.template is None) == (self.image is None):
+            raise ValueError("a task starts from a template or from an image: give exactly one")
         return self
+
+    @property
+    def start(self) -> dict[str, str | None]:
+        """What a claim of the task's sandbox names: its template or image, and a warm pool."""
+        return {"template": self.template, "warmpool": self.warmpool} if self.template else \
+            {"image": self.image, "warmpool": self.warmpool}
 
 
 def load_tasks(path: str | Path) -> list[Task]:

@@ -3,7 +3,8 @@
 The host appends `main(<payload as a Python literal>)`. In order, `main`:
 1. kills every process it is allowed to except its own ancestors, so nothing the agent left running
    can touch the tests once they are written;
-2. removes `clean` and writes `files` (the hidden tests) over whatever the agent left;
+2. removes `clean` and writes `files` (the hidden tests) over whatever the agent left, or puts back the files
+   `patch` touches as the repository's HEAD has them and applies it (`git apply`);
 3. runs the `tests` ids with the built-in runner (plain functions and methods of plain classes,
    asserts, `pytest.raises`), or runs `command` and reads pytest's `-rA` summary lines;
 4. prints `<nonce> <Python literal>` as its last line: every test id with "passed", "failed" or "missing".
@@ -58,6 +59,21 @@ def place_tests(workdir, clean, files):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as handle:
             handle.write(text)
+
+
+def apply_patch(workdir, patch):
+    """SWE-bench's way: the files the test patch touches as HEAD has them, then the patch; None, or why it failed."""
+    import re
+    import subprocess
+
+    paths = sorted({path for pair in re.findall(r"^diff --git a/(\S+) b/(\S+)$", patch, re.M) for path in pair})
+    for path in paths:  # a file HEAD lacks is new in the patch: the agent's copy goes
+        restored = subprocess.run(["git", "checkout", "-q", "HEAD", "--", path], cwd=workdir, capture_output=True)
+        if restored.returncode != 0:
+            remove(os.path.join(workdir, path))
+    applied = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], cwd=workdir, input=patch.encode(),
+                             capture_output=True)
+    return None if applied.returncode == 0 else "the test patch does not apply: " + applied.stderr.decode()[-2000:]
 
 
 class Raises:
@@ -158,7 +174,10 @@ def main(payload):
     kill_others()
     workdir = payload["workdir"]
     place_tests(workdir, payload["clean"], payload["files"])
-    if payload["command"]:
+    failed = apply_patch(workdir, payload["patch"]) if payload.get("patch") else None
+    if failed:
+        outcomes, log = {test_id: "missing" for test_id in payload["tests"]}, failed
+    elif payload["command"]:
         outcomes, log = run_command(workdir, payload["tests"], payload["command"])
     else:
         outcomes, log = run_builtin(workdir, payload["tests"], payload["per_test_timeout"])

@@ -64,6 +64,7 @@ def _fraction(outcomes: dict[str, Outcome]) -> float:
 def script(task: Task, nonce: str) -> str:
     tests = task.tests
     payload = {"nonce": nonce, "workdir": task.workdir, "clean": list(tests.clean), "files": tests.files,
+               "patch": tests.patch,
                "tests": list(dict.fromkeys((*tests.fail_to_pass, *tests.pass_to_pass))),
                "command": tests.command, "per_test_timeout": tests.per_test_timeout}
     return f"{_SOURCE}\nmain({payload!r})\n"
