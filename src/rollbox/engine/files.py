@@ -17,7 +17,7 @@ import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import PurePosixPath
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from rollbox.errors import Conflict, FileNotFound, InvalidPath, InvalidRequest, RollboxError, TooLarge
 from rollbox.models import FileInfo
@@ -127,9 +127,10 @@ class ContainerFiles:
                     raise TooLarge(f"{path} is more than the {limit}-byte limit")
             return b"".join(chunks)
 
-    def write(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+    def write(self, path: str, data: bytes | str | BinaryIO, mode: int = 0o644) -> None:
+        """Writes a file whole (a file object is copied in chunks, never held in memory), replacing any there."""
         data = data.encode() if isinstance(data, str) else data
-        if len(data) > self.max_upload:
+        if isinstance(data, bytes) and len(data) > self.max_upload:
             raise TooLarge(f"{len(data)} bytes is more than the {self.max_upload}-byte upload limit")
         with self._parent(path, create=True) as (parent, name):
             temp = f".{name}.rollbox-{os.getpid()}-{id(data):x}"
@@ -139,17 +140,16 @@ class ContainerFiles:
             except OSError as error:
                 raise _translate(error, path) from None
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                self._fill(fd, data)
                 os.fchmod(fd, mode & 0o7777)
                 os.fchown(fd, self.uid, self.gid)
-            except OSError as error:
+            except BaseException as error:
                 os.close(fd)
                 with suppress(OSError):
                     os.unlink(temp, dir_fd=parent)
-                raise _translate(error, path) from None
+                if isinstance(error, OSError):
+                    raise _translate(error, path) from None
+                raise
             os.close(fd)
             try:
                 os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
@@ -157,6 +157,18 @@ class ContainerFiles:
                 with suppress(OSError):
                     os.unlink(temp, dir_fd=parent)
                 raise _translate(error, path) from None
+
+    def _fill(self, fd: int, data: bytes | BinaryIO) -> None:
+        chunks = iter((data,)) if isinstance(data, bytes) else iter(lambda: data.read(1 << 20), b"")
+        size = 0
+        for chunk in chunks:
+            size += len(chunk)
+            if size > self.max_upload:
+                raise TooLarge(f"more than the {self.max_upload}-byte upload limit")
+            view = memoryview(chunk)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
 
     def mkdir(self, path: str, parents: bool = True, mode: int = 0o755) -> None:
         parts = [p for p in PurePosixPath(self._absolute(path)).parts if p != "/"]
@@ -184,6 +196,20 @@ class ContainerFiles:
                     parent = current
             finally:
                 os.close(parent)
+
+    def chmod(self, path: str, mode: int) -> None:
+        with self._open(path, os.O_RDONLY | os.O_NONBLOCK) as fd:
+            os.fchmod(fd, mode & 0o7777)
+
+    def hard_link(self, existing: str, path: str) -> None:
+        """Makes `path` another name of the file `existing` (replacing what is there); both resolve in the root."""
+        with self._parent(existing) as (source_dir, source_name), self._parent(path, create=True) as (dest_dir, name):
+            try:
+                with suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dest_dir)
+                os.link(source_name, name, src_dir_fd=source_dir, dst_dir_fd=dest_dir, follow_symlinks=False)
+            except OSError as error:
+                raise _translate(error, path) from None
 
     def exists(self, path: str) -> bool:
         try:
@@ -279,7 +305,7 @@ class ContainerFiles:
         buffer = io.BytesIO()
         total = 0
         with self._open(path, os.O_RDONLY | os.O_DIRECTORY) as top, tarfile.open(fileobj=buffer, mode="w") as tar:
-            for dir_fd, directory, name, info in _walk(top, path):
+            for dir_fd, directory, name, info in walk(top, path):
                 if info is None:
                     continue
                 member = tarfile.TarInfo(os.path.normpath(f"{directory}/{name}"))
@@ -314,7 +340,7 @@ def _open_tar(archive: bytes) -> tarfile.TarFile:
 def _remove_tree_at(parent: int, name: str, path: str) -> None:
     fd = os.open(name, _SUBDIRECTORY, dir_fd=parent)
     try:
-        for dir_fd, _, entry, info in _walk(fd, path):
+        for dir_fd, _, entry, info in walk(fd, path):
             if info is None:
                 os.rmdir(entry, dir_fd=dir_fd)
             elif not stat.S_ISDIR(info.st_mode):
@@ -333,7 +359,7 @@ class _Level(NamedTuple):
     names: Iterator[str]
 
 
-def _walk(top: int, path: str) -> Iterator[tuple[int, str, str, os.stat_result | None]]:
+def walk(top: int, path: str) -> Iterator[tuple[int, str, str, os.stat_result | None]]:
     """Every entry below directory `top`, parents first, as (its directory's descriptor, that directory
     relative to `top`, name, lstat); once a directory's entries are all given, the directory comes
     again with None instead of its lstat (then it can be removed).

@@ -66,8 +66,9 @@ class Resources:
         name = template.metadata.name
         spec = template.model_dump_json(by_alias=True)
         before = self.engine.store.template(name)
-        copies = any(step.copy_ is not None for step in template.spec.steps)
-        if before is not None and before[0] == spec and not copies:
+        steps = template.spec.steps
+        reads_files = template.spec.dockerfile is not None or any(step.copy_ is not None for step in steps)
+        if before is not None and before[0] == spec and not reads_files:
             return "unchanged"
         image = self.engine.build(template, say)
         if before is None:
