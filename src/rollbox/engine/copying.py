@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 from e2b_dockerfile_utils import PatternMatcher
 
-from rollbox.engine.files import ContainerFiles, openat2, walk
+from rollbox.engine.files import ContainerFiles, openat2, root_fd, walk
 from rollbox.errors import InvalidResource, RollboxError
 
 NO_LIMIT = 2**63 - 1
@@ -68,19 +68,11 @@ class Sources:
         self.where = where
         """The instruction, for messages ("line 7: COPY")."""
 
-    @contextmanager
-    def _root_fd(self) -> Iterator[int]:
-        fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-
     def select(self, patterns: list[str], dest: str, dest_is_dir: Callable[[str], bool]) -> list[Entry]:
         """Every entry the sources name, with its place under `dest` (absolute) by Docker's rules: a directory's
         contents go into `dest`; a file goes to `dest`, or into it when `dest` ends in '/', is a directory already,
         or takes several sources."""
-        with self._root_fd() as root:
+        with root_fd(self.root) as root:
             tops = [top for pattern in patterns for top in self._expand(root, pattern)]
             into = dest.endswith("/") or len(tops) > 1 or dest_is_dir(dest)
             entries: list[Entry] = []
@@ -160,7 +152,7 @@ class Sources:
     @contextmanager
     def open(self, entry: Entry) -> Iterator[int]:
         """A file entry, opened for reading (inside the root; never through a link but the source's own)."""
-        with self._root_fd() as root:
+        with root_fd(self.root) as root:
             flags = os.O_RDONLY | os.O_NONBLOCK | (0 if entry.follow else os.O_NOFOLLOW)
             fd = openat2(root, entry.source, flags)
         try:

@@ -8,6 +8,7 @@ last path component is ever named in a second call, and it never contains a slas
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import io
@@ -65,6 +66,16 @@ def _split(path: str) -> tuple[str, str]:
     return parent, name
 
 
+@contextmanager
+def root_fd(root: str | os.PathLike[str]) -> Iterator[int]:
+    """A descriptor of a root directory, for openat2 to resolve paths inside it."""
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 class ContainerFiles:
     """Files of one container. Relative paths are taken from `home`; ownership defaults to `uid:gid`."""
 
@@ -79,13 +90,8 @@ class ContainerFiles:
         path = _clean(path)
         return path if path.startswith("/") else f"{self.home.rstrip('/')}/{path}"
 
-    @contextmanager
-    def _root_fd(self) -> Iterator[int]:
-        fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
+    def _root_fd(self) -> contextlib.AbstractContextManager[int]:
+        return root_fd(self.root)
 
     @contextmanager
     def _open(self, path: str, flags: int, mode: int = 0) -> Iterator[int]:
