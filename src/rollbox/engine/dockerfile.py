@@ -171,7 +171,7 @@ def _ops(command: dockerfile.Command, name: str, line: int) -> list[Op]:
         return [User(value[0], line=line)]
     if name == "SHELL":
         if not command.json:
-            raise InvalidResource(f'Dockerfile line {line}: write SHELL in its JSON form: SHELL ["/bin/bash", "-c"]')
+            raise InvalidResource(f'Dockerfile line {line}: SHELL in its JSON form only: SHELL ["/bin/bash", "-c"]')
         return [Shell(value, line=line)]
     return [_record(command, name, value, line)]
 
@@ -180,8 +180,8 @@ def _run(command: dockerfile.Command, line: int) -> Run:
     if command.heredocs:
         name = command.heredocs[0].name
         if len(command.heredocs) != 1 or command.value not in ((f"<<{name}",), (f"<<-{name}",)):
-            raise InvalidResource(f"Dockerfile line {line}: of the heredoc forms only `RUN <<EOF` (the script "
-                                  "alone) is supported: put the commands in the heredoc, or COPY a script")
+            raise InvalidResource(f"Dockerfile line {line}: this heredoc is not supported: of the heredoc forms only "
+                                  "`RUN <<EOF` (the script alone) is; put the commands in one, or COPY a script")
         return Run(command.heredocs[0].content, line=line)
     if not command.value or not any(command.value):
         raise InvalidResource(f"Dockerfile line {line}: RUN needs a command")
