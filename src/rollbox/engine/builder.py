@@ -18,9 +18,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rollbox.archives import dockerignore
 from rollbox.engine import accounts, bases, dockerfile, mounts
 from rollbox.engine.cgroups import Cgroups
-from rollbox.engine.copying import Entry, Sources, Writer, dockerignore
+from rollbox.engine.copying import Entry, Sources, Writer
 from rollbox.engine.files import ContainerFiles
 from rollbox.engine.hostbase import host_base_layer, host_binds
 from rollbox.engine.layers import LayerStore, remove_tree

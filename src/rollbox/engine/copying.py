@@ -45,20 +45,6 @@ class Entry:
     """A source named by the COPY itself: a link there is followed (inside the source root), as Docker does."""
 
 
-def dockerignore(context: Path) -> PatternMatcher | None:
-    """The build context's `.dockerignore`, as BuildKit reads it (a port of its matcher)."""
-    try:
-        text = (context / ".dockerignore").read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InvalidResource(f"cannot read the build context's .dockerignore: {error}") from None
-    try:
-        return PatternMatcher(text.splitlines())
-    except ValueError as error:
-        raise InvalidResource(f".dockerignore: {error}") from None
-
-
 class Sources:
     """The entries COPY sources name under one root (a build context, or a mounted stage)."""
 

@@ -66,9 +66,7 @@ class Resources:
         name = template.metadata.name
         spec = template.model_dump_json(by_alias=True)
         before = self.engine.store.template(name)
-        steps = template.spec.steps
-        reads_files = template.spec.dockerfile is not None or any(step.copy_ is not None for step in steps)
-        if before is not None and before[0] == spec and not reads_files:
+        if before is not None and before[0] == spec and not template.reads_files():
             return "unchanged"
         image = self.engine.build(template, say)
         if before is None:
@@ -107,8 +105,8 @@ class Resources:
     # -- reading and deleting ---------------------------------------------------------------
 
     async def templates(self) -> list[TemplateInfo]:
-        return [TemplateInfo(name=name, spec=json.loads(spec)["spec"], built_at=built)
-                for name, spec, _, built in self.engine.store.templates()]
+        return [TemplateInfo(name=name, spec=json.loads(spec)["spec"], built_at=built, config=image.config)
+                for name, spec, image, built in self.engine.store.templates()]
 
     async def template(self, name: str) -> TemplateInfo:
         found = next((t for t in await self.templates() if t.name == name), None)
