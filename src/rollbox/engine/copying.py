@@ -59,11 +59,11 @@ class Sources:
         contents go into `dest`; a file goes to `dest`, or into it when `dest` ends in '/', is a directory already,
         or takes several sources."""
         with root_fd(self.root) as root:
-            tops = [top for pattern in patterns for top in self._expand(root, pattern)]
+            tops = [(top, not _MAGIC & set(pattern)) for pattern in patterns for top in self._expand(root, pattern)]
             into = dest.endswith("/") or len(tops) > 1 or dest_is_dir(dest)
             entries: list[Entry] = []
-            for top in tops:
-                entries.extend(self._entries(root, top, dest.rstrip("/") or "/", into))
+            for top, follow in tops:
+                entries.extend(self._entries(root, top, dest.rstrip("/") or "/", into, follow))
         return entries
 
     def _expand(self, root: int, pattern: str) -> list[str]:
@@ -108,32 +108,47 @@ class Sources:
     def _ignored(self, path: str) -> bool:
         return bool(self.ignore and path and path != "." and self.ignore.matches(path))
 
-    def _entries(self, root: int, top: str, dest: str, into: bool) -> list[Entry]:
-        fd = openat2(root, top, os.O_RDONLY | os.O_NONBLOCK)
+    def _entries(self, root: int, top: str, dest: str, into: bool, follow: bool) -> list[Entry]:
+        """What one source holds. A source named as it is (no wildcard) is followed if it is a link, as Docker does;
+        a link a wildcard found is copied as a link."""
+        target = posixpath.join(dest, posixpath.basename(top)) if into else dest
+        try:
+            fd = openat2(root, top, os.O_PATH | (0 if follow else os.O_NOFOLLOW))
+        except OSError as error:
+            raise InvalidResource(f"{self.where} source {top!r} is not in the {self._what()}: "
+                                  f"{error.strerror}") from None
         try:
             info = os.fstat(fd)
+            if stat.S_ISLNK(info.st_mode):
+                return [Entry(top, target, "link", 0o777, os.readlink("", dir_fd=fd))]
             if not stat.S_ISDIR(info.st_mode):
                 if not stat.S_ISREG(info.st_mode):
                     raise InvalidResource(f"{self.where} source {top!r} is not a file or a directory")
-                target = posixpath.join(dest, posixpath.basename(top)) if into else dest
                 return [Entry(top, target, "file", stat.S_IMODE(info.st_mode), follow=True)]
             entries = [Entry(top, dest, "dir", 0o755, follow=True)]  # its contents are copied; `dest` made as mkdir -p
-            for dir_fd, directory, name, child in walk(fd, top):
-                if child is None:
-                    continue
-                inner = posixpath.normpath(f"{directory}/{name}")
-                named = posixpath.normpath(f"{top}/{inner}")
-                if self._ignored(named):
-                    continue
-                kind = "dir" if stat.S_ISDIR(child.st_mode) else "file" if stat.S_ISREG(child.st_mode) else \
-                    "link" if stat.S_ISLNK(child.st_mode) else None
-                if kind is None:
-                    continue  # a device, FIFO or socket: nothing a build copies
-                link = os.readlink(name, dir_fd=dir_fd) if kind == "link" else ""
-                entries.append(Entry(named, posixpath.join(dest, inner), kind, stat.S_IMODE(child.st_mode), link))
+            listed = openat2(root, top, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                entries.extend(self._walked(listed, top, dest))
+            finally:
+                os.close(listed)
             return entries
         finally:
             os.close(fd)
+
+    def _walked(self, fd: int, top: str, dest: str) -> Iterator[Entry]:
+        for dir_fd, directory, name, child in walk(fd, top):
+            if child is None:
+                continue
+            inner = posixpath.normpath(f"{directory}/{name}")
+            named = posixpath.normpath(f"{top}/{inner}")
+            if self._ignored(named):
+                continue
+            kind = "dir" if stat.S_ISDIR(child.st_mode) else "file" if stat.S_ISREG(child.st_mode) else \
+                "link" if stat.S_ISLNK(child.st_mode) else None
+            if kind is None:
+                continue  # a device, FIFO or socket: nothing a build copies
+            link = os.readlink(name, dir_fd=dir_fd) if kind == "link" else ""
+            yield Entry(named, posixpath.join(dest, inner), kind, stat.S_IMODE(child.st_mode), link)
 
     @contextmanager
     def open(self, entry: Entry) -> Iterator[int]:
