@@ -226,7 +226,8 @@ def apply(source: Source, on_progress: ProgressCallback | None) -> StreamCall[li
 
 def apply_resources(resources: list[spec.Resource], context_dir: str | None,
                     on_progress: ProgressCallback | None) -> StreamCall[list[ApplyEvent]]:
-    documents = [resource.model_dump(mode="json", by_alias=True, exclude_unset=True) for resource in resources]
+    documents = [{"apiVersion": resource.api_version, "kind": resource.kind,  # set or not, the server needs them
+                  **resource.model_dump(mode="json", by_alias=True, exclude_unset=True)} for resource in resources]
     contexts = {resource.metadata.name: _build_context(resource) for resource in resources
                 if isinstance(resource, spec.SandboxTemplate) and resource.reads_files()}
     body = ApplyRequest(documents=documents, context_dir=context_dir, contexts=contexts)
