@@ -143,6 +143,8 @@ def test_only_admins_build_and_uploads_need_their_signature(base: str, project: 
     bob = {"api_key": TOKENS["bob"]}
     with pytest.raises(Exception, match="may not change templates"):
         Template.build(Template().from_image(base), "e2b-bobs", **bob)
+    with pytest.raises(Exception, match="rollbox names are lowercase"):
+        Template.build(Template().from_image(base), "Not_A_Name")
     url = os.environ["E2B_API_URL"]
     digest = hashlib.sha256(b"alice's files").hexdigest()
     with httpx.Client(base_url=url) as http:

@@ -21,12 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from rollbox.archives import unpack_context
 from rollbox.errors import InvalidRequest, NotFound
 from rollbox.server.e2b.api import Body
-from rollbox.spec import SandboxTemplate
+from rollbox.spec import Metadata, SandboxTemplate
 
 DEFAULT_USER = "user"
 DEFAULT_WORKDIR = "/home/user"
@@ -103,6 +103,11 @@ class Builds:
 
     def start(self, tenant: str, name: str, extra_tags: list[str], cpu: int | None, memory_mb: int | None) -> Build:
         template, tags = split_name(name)
+        try:
+            Metadata(name=template)
+        except ValidationError:
+            raise InvalidRequest(f"template name {template!r}: rollbox names are lowercase letters, digits, '-' and "
+                                 "'.', at most 63 characters") from None
         build = Build(str(uuid.uuid4()), template, tenant, cpu, memory_mb)
         self.builds[build.build_id] = build
         self.tag(template, build.build_id, [*tags, *extra_tags] or ["default"])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from anyio import to_thread
 from pydantic import Field
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -81,6 +81,8 @@ def routes(node: Node, access: Access) -> list[Route]:
             await to_thread.run_sync(builds.store_upload, tenant, files_hash, archive)
         except RollboxError as error:
             return JSONResponse({"code": error.status, "message": str(error)}, error.status)
+        except ClientDisconnect:
+            return Response(status_code=400)
         return Response(status_code=200)
 
     async def start_build(request: Request, tenant: str) -> Response:
