@@ -208,7 +208,8 @@ class Builder:
         mode = int(state.expand(op.mode), 8) if op.mode else None
         patterns = [state.expand(source) for source in op.sources]
         with self._source_root(template, plan, op, built, say, templates) as (root, origin):
-            sources = Sources(root, dockerignore(root) if origin is None and plan.escape is not None else None, where)
+            ignore = dockerignore(root) if origin is None and plan.escape is not None else None
+            sources = Sources(root, ignore, where, "build context" if origin is None else "stage's files")
             with self._mounted(image.layers) as (rootfs, upper):
                 writer = Writer(rootfs, image.workdir or "/", (account.uid, account.gid) if account else None, mode)
                 entries = sources.select(patterns, dest, writer.is_dir)

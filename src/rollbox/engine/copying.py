@@ -48,11 +48,13 @@ class Entry:
 class Sources:
     """The entries COPY sources name under one root (a build context, or a mounted stage)."""
 
-    def __init__(self, root: Path, ignore: PatternMatcher | None, where: str) -> None:
+    def __init__(self, root: Path, ignore: PatternMatcher | None, where: str, what: str) -> None:
         self.root = root
         self.ignore = ignore
         self.where = where
         """The instruction, for messages ("line 7: COPY")."""
+        self.what = what
+        """The root, for messages ("build context", "stage")."""
 
     def select(self, patterns: list[str], dest: str, dest_is_dir: Callable[[str], bool]) -> list[Entry]:
         """Every entry the sources name, with its place under `dest` (absolute) by Docker's rules: a directory's
@@ -81,12 +83,9 @@ class Sources:
                      if fnmatch.fnmatchcase(name, part)]
         visible = sorted(path or "." for path in found if not self._ignored(path))
         if not visible or (not _MAGIC & set(clean) and not self._exists(root, visible[0])):
-            raise InvalidResource(f"{self.where} source {pattern!r} is not in the {self._what()}"
+            raise InvalidResource(f"{self.where} source {pattern!r} is not in the {self.what}"
                                   f"{' (or .dockerignore leaves it out)' if self.ignore else ''}")
         return visible
-
-    def _what(self) -> str:
-        return "build context" if self.ignore is not None or "--from" not in self.where else "stage"
 
     def _names(self, root: int, directory: str) -> list[str]:
         try:
@@ -115,7 +114,7 @@ class Sources:
         try:
             fd = openat2(root, top, os.O_PATH | (0 if follow else os.O_NOFOLLOW))
         except OSError as error:
-            raise InvalidResource(f"{self.where} source {top!r} is not in the {self._what()}: "
+            raise InvalidResource(f"{self.where} source {top!r} is not in the {self.what}: "
                                   f"{error.strerror}") from None
         try:
             info = os.fstat(fd)
