@@ -38,10 +38,11 @@ def add_routes(routes: Routes, node: Node) -> None:
                     and resource.metadata.name not in body.contexts:
                 raise InvalidRequest(f"template {resource.metadata.name} reads files (a Dockerfile or copy steps): "
                                      "send its build context in `contexts` (rollbox's SDK and CLI do)")
-        unpacked = await to_thread.run_sync(_unpack_contexts, resources, body.contexts)
 
         async def produce(emit: Emit) -> None:
-            try:
+            unpacked: list[str] = []
+            try:  # in the work the answer streams, so that whatever ends the request removes the contexts
+                await to_thread.run_sync(_unpack_contexts, resources, body.contexts, unpacked)
                 await apply_all(emit)
             finally:
                 await to_thread.run_sync(_remove, unpacked)
@@ -94,20 +95,14 @@ def add_routes(routes: Routes, node: Node) -> None:
         return no_content()
 
 
-def _unpack_contexts(resources: list[Resource], contexts: dict[str, BuildContext]) -> list[str]:
-    """Unpacks each template's build context into a directory of its own, for its build; returns them all."""
-    made: list[str] = []
-    try:
-        for resource in resources:
-            context = contexts.get(resource.metadata.name)
-            if isinstance(resource, SandboxTemplate) and context is not None:
-                made.append(tempfile.mkdtemp(prefix="rollbox-context-"))
-                unpack_context(context.archive, Path(made[-1]))
-                resource.context_root, resource.dockerfile_text = made[-1], context.dockerfile
-    except BaseException:
-        _remove(made)
-        raise
-    return made
+def _unpack_contexts(resources: list[Resource], contexts: dict[str, BuildContext], made: list[str]) -> None:
+    """Unpacks each template's build context into a directory of its own (listed in `made`), for its build."""
+    for resource in resources:
+        context = contexts.get(resource.metadata.name)
+        if isinstance(resource, SandboxTemplate) and context is not None:
+            made.append(tempfile.mkdtemp(prefix="rollbox-context-"))
+            unpack_context(context.archive, Path(made[-1]))
+            resource.context_root, resource.dockerfile_text = made[-1], context.dockerfile
 
 
 def _remove(directories: list[str]) -> None:
