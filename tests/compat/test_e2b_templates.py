@@ -114,6 +114,8 @@ def test_a_failing_step_fails_the_build_naming_it(base: str) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert status.status.value == "error" and status.reason is not None and status.reason.step == "2"
+    with pytest.raises(TemplateException):
+        Template.get_tags("e2b-failing")  # a failed build takes no tag
     with pytest.raises(BuildException, match=r"docker\.io/library/e2b-no-such-image-here"):
         Template.build(Template().from_image("e2b-no-such-image-here"), "e2b-missing-base")
 

@@ -127,6 +127,13 @@ class Builds:
         known.update({tag: Tag(build_id, _now()) for tag in tags})
         return tags
 
+    def failed(self, build: Build, message: str) -> None:
+        """A failed build fails its status and takes no tag: the tags stay with the builds that made the template."""
+        build.fail(message)
+        known = self.tags.get(build.template, {})
+        for tag in [tag for tag, info in known.items() if info.build_id == build.build_id]:
+            del known[tag]
+
     def tags_of(self, template: str) -> dict[str, Tag]:
         found = self.tags.get(template)
         if not found:

@@ -161,7 +161,7 @@ async def _run(node: Node, builds: Builds, build: Build, start: BuildStart) -> N
         error = as_rollbox_error(unexpected)
         if error.status >= 500:
             log.error("E2B template build %s failed", build.build_id, exc_info=unexpected)
-        build.fail(str(error))
+        builds.failed(build, str(error))
     finally:
         await to_thread.run_sync(shutil.rmtree, context, True)
 
