@@ -17,6 +17,7 @@ from pathlib import Path
 from e2b_dockerfile_utils import PatternMatcher
 
 from rollbox.errors import InvalidResource, TooLarge
+from rollbox.spec import SandboxTemplate
 
 MAX_CONTEXT_UNPACKED = 4 * 2**30
 """The most a build context may hold once unpacked (its archive is compressed: the request's own limit is not)."""
@@ -61,6 +62,37 @@ def unpack(archive: bytes, local_dir: str | Path) -> None:
 
 
 # -- build contexts ---------------------------------------------------------------------------------
+
+
+def reads_files(template: SandboxTemplate) -> bool:
+    """Whether a template's build reads files (a Dockerfile and its context, or `copy` steps' sources)."""
+    return template.spec.dockerfile is not None or any(step.copy_ is not None for step in template.spec.steps)
+
+
+def build_context(template: SandboxTemplate) -> Path:
+    """The directory COPY and ADD read from: the context that came with the request, else the Dockerfile's build
+    context or (YAML steps) the YAML's directory."""
+    if template.context_root is not None:
+        return Path(template.context_root)
+    root = Path(template.context_dir or ".")
+    if template.spec.dockerfile is None:
+        return root
+    if template.spec.context is not None:
+        return root / template.spec.context
+    return (root / template.spec.dockerfile).parent
+
+
+def read_dockerfile(template: SandboxTemplate) -> str:
+    """The Dockerfile's text: as it came with the template, else read from beside the YAML (the server reads none
+    of its own files for a template sent with its context)."""
+    if template.dockerfile_text is None and template.spec.dockerfile is not None:
+        path = Path(template.context_dir or ".") / template.spec.dockerfile
+        try:
+            template.dockerfile_text = path.read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            raise InvalidResource(f"SandboxTemplate {template.metadata.name}: cannot read the Dockerfile "
+                                  f"{template.spec.dockerfile!r} ({path}): {error}") from None
+    return template.dockerfile_text or ""
 
 
 def dockerignore(context: Path) -> PatternMatcher | None:

@@ -318,33 +318,6 @@ class SandboxTemplate(Model):
     dockerfile_text: str | None = Field(None, exclude=True)
     """The Dockerfile's text, once read where the template was loaded (it travels with the request)."""
 
-    def build_context(self) -> Path:
-        """The directory COPY and ADD read from: the build context of a Dockerfile, else the YAML's directory."""
-        if self.context_root is not None:
-            return Path(self.context_root)
-        root = Path(self.context_dir or ".")
-        if self.spec.dockerfile is None:
-            return root
-        if self.spec.context is not None:
-            return root / self.spec.context
-        return (root / self.spec.dockerfile).parent
-
-    def reads_files(self) -> bool:
-        """Whether its build reads files (a Dockerfile and its context, or `copy` steps' sources)."""
-        return self.spec.dockerfile is not None or any(step.copy_ is not None for step in self.spec.steps)
-
-    def read_dockerfile(self) -> str:
-        """The Dockerfile's text: as it came with the template, else read from beside the YAML (the server reads none
-        of its own files for a template sent with its context)."""
-        if self.dockerfile_text is None and self.spec.dockerfile is not None:
-            path = Path(self.context_dir or ".") / self.spec.dockerfile
-            try:
-                self.dockerfile_text = path.read_text()
-            except (OSError, UnicodeDecodeError) as error:
-                raise InvalidResource(f"SandboxTemplate {self.metadata.name}: cannot read the Dockerfile "
-                                      f"{self.spec.dockerfile!r} ({path}): {error}") from None
-        return self.dockerfile_text or ""
-
 
 class TemplateRef(Model):
     name: str

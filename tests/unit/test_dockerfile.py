@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from rollbox.archives import build_context
 from rollbox.engine.dockerfile import expand, image_reference, parse
 from rollbox.engine.plan import Arg, Copy, Env, Record, Run, Shell, User, Workdir
 from rollbox.errors import InvalidResource
@@ -128,6 +129,6 @@ def test_a_dockerfile_template_takes_nothing_of_base_and_steps() -> None:
         SandboxTemplate.model_validate({"metadata": {"name": "x"}, "spec": {"target": "build"}})
     template = SandboxTemplate.model_validate({"metadata": {"name": "x"}, "spec": {
         "dockerfile": "docker/Dockerfile.dev", "buildArgs": {"A": "1"}}, "context_dir": "/srv/app"})
-    assert str(template.build_context()) == "/srv/app/docker"
+    assert str(build_context(template)) == "/srv/app/docker"
     template.spec.context = "."
-    assert str(template.build_context()) == "/srv/app"
+    assert str(build_context(template)) == "/srv/app"

@@ -229,7 +229,7 @@ def apply_resources(resources: list[spec.Resource], context_dir: str | None,
     documents = [{"apiVersion": resource.api_version, "kind": resource.kind,  # set or not, the server needs them
                   **resource.model_dump(mode="json", by_alias=True, exclude_unset=True)} for resource in resources]
     contexts = {resource.metadata.name: _build_context(resource) for resource in resources
-                if isinstance(resource, spec.SandboxTemplate) and resource.reads_files()}
+                if isinstance(resource, spec.SandboxTemplate) and archives.reads_files(resource)}
     body = ApplyRequest(documents=documents, context_dir=context_dir, contexts=contexts)
     return StreamCall("POST", "/v1/apply", ApplyReader(on_progress), _dump(body))
 
@@ -237,10 +237,10 @@ def apply_resources(resources: list[spec.Resource], context_dir: str | None,
 def _build_context(template: spec.SandboxTemplate) -> BuildContext:
     """What the template's build reads, packed here: the server may be on another machine."""
     if template.spec.dockerfile is not None:
-        return BuildContext(archive=archives.pack_context(template.build_context()),
-                            dockerfile=template.read_dockerfile())
+        return BuildContext(archive=archives.pack_context(archives.build_context(template)),
+                            dockerfile=archives.read_dockerfile(template))
     sources = [step.copy_.src for step in template.spec.steps if step.copy_ is not None]
-    return BuildContext(archive=archives.pack_context(template.build_context(), only=sources))
+    return BuildContext(archive=archives.pack_context(archives.build_context(template), only=sources))
 
 
 def _load(source: Source) -> tuple[list[spec.Resource], str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rollbox.archives import dockerignore
+from rollbox.archives import build_context, dockerignore, read_dockerfile
 from rollbox.engine import accounts, bases, dockerfile, mounts
 from rollbox.engine.cgroups import Cgroups
 from rollbox.engine.copying import Entry, Sources, Writer
@@ -74,7 +74,7 @@ class Builder:
               templates: Lookup = lambda _: None) -> Image:
         say = progress or (lambda _: None)
         spec = template.spec
-        plan = (dockerfile.parse(template.read_dockerfile(), spec.target) if spec.dockerfile is not None
+        plan = (dockerfile.parse(read_dockerfile(template), spec.target) if spec.dockerfile is not None
                 else from_steps(spec))
         built: dict[int, _State] = {}
         for index in plan.needed():
@@ -239,7 +239,7 @@ class Builder:
         """Where a copy reads: the build context, or (`--from`) a stage's or image's root, mounted, and what
         names that root in the cache key (None for the context, whose content is hashed instead)."""
         if op.source is None:
-            context = template.build_context()
+            context = build_context(template)
             if not context.is_dir():
                 raise InvalidResource(f"{op.where()}the build context {context} is not a directory")
             yield context, None

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from anyio import to_thread
 
+from rollbox.archives import reads_files
 from rollbox.engine import Engine
 from rollbox.errors import (
     CapacityExceeded,
@@ -66,7 +67,7 @@ class Resources:
         name = template.metadata.name
         spec = template.model_dump_json(by_alias=True)
         before = self.engine.store.template(name)
-        if before is not None and before[0] == spec and not template.reads_files():
+        if before is not None and before[0] == spec and not reads_files(template):
             return "unchanged"
         image = self.engine.build(template, say)
         if before is None:

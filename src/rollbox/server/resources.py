@@ -10,7 +10,7 @@ from typing import Any
 from anyio import to_thread
 from starlette.responses import Response
 
-from rollbox.archives import unpack_context
+from rollbox.archives import reads_files, unpack_context
 from rollbox.errors import InvalidRequest, RollboxError
 from rollbox.models import ApplyRequest, BuildContext, TemplateInfo, WarmPoolInfo
 from rollbox.node import Node
@@ -34,7 +34,7 @@ def add_routes(routes: Routes, node: Node) -> None:
         if unknown:
             raise InvalidRequest(f"contexts names no template of the request: {', '.join(sorted(unknown))}")
         for resource in resources:
-            if isinstance(resource, SandboxTemplate) and resource.reads_files() and body.context_dir is None \
+            if isinstance(resource, SandboxTemplate) and reads_files(resource) and body.context_dir is None \
                     and resource.metadata.name not in body.contexts:
                 raise InvalidRequest(f"template {resource.metadata.name} reads files (a Dockerfile or copy steps): "
                                      "send its build context in `contexts` (rollbox's SDK and CLI do)")
