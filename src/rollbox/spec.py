@@ -270,6 +270,13 @@ def volume_name(name: str) -> str:
 class TemplateSpec(Model):
     base: str = "host"
     steps: list[Step] = Field(default_factory=list)
+    dockerfile: str | None = None
+    """A Dockerfile to build instead of `base` and `steps` (docs/dockerfile.md), relative to the YAML's directory."""
+    context: str | None = None
+    """The Dockerfile's build context, relative to the YAML's directory; the Dockerfile's directory by default."""
+    build_args: dict[str, str] = Field(default_factory=dict, alias="buildArgs")
+    target: str | None = None
+    """The Dockerfile's stage to build (its last by default)."""
     runtime: str = "runc"
     limits: Limits = Field(default_factory=Limits)
     network: Network = Field(default_factory=Network)
@@ -289,6 +296,16 @@ class TemplateSpec(Model):
         raise ValueError("base must be 'host', 'debian:<suite>', 'docker://<registry>/<repository>:<tag>' (or "
                          "@sha256:<digest>), 'oci:<dir>[:tag]', 'oci-archive:<file>' or 'docker-archive:<file>'")
 
+    @model_validator(mode="after")
+    def _dockerfile_alone(self) -> TemplateSpec:
+        if self.dockerfile is None:
+            if self.context is not None or self.build_args or self.target is not None:
+                raise ValueError("context, buildArgs and target go with a dockerfile")
+        elif self.base != "host" or self.steps:
+            raise ValueError("a template with a dockerfile takes its base and steps from the Dockerfile: "
+                             "drop base and steps (or put them in the Dockerfile as FROM and RUN, COPY...)")
+        return self
+
 
 class SandboxTemplate(Model):
     api_version: str = Field(API_VERSION, alias="apiVersion")
@@ -296,7 +313,12 @@ class SandboxTemplate(Model):
     metadata: Metadata
     spec: TemplateSpec = Field(default_factory=TemplateSpec)
     context_dir: str | None = Field(None, exclude=True)
-    """Where `copy` sources are read from: the directory of the YAML file, unless given."""
+    """Where `copy` sources are read from: the directory of the YAML file, unless given. With a Dockerfile, where
+    the build context is: `spec.context` (or the Dockerfile's directory) under that directory."""
+    context_root: str | None = Field(None, exclude=True)
+    """The build context itself, once it came unpacked with a request: what COPY reads, whatever `context` says."""
+    dockerfile_text: str | None = Field(None, exclude=True)
+    """The Dockerfile's text, once read where the template was loaded (it travels with the request)."""
 
 
 class TemplateRef(Model):

@@ -327,7 +327,7 @@ def test_tar_slip_on_the_trainers_side(tmp_path_factory: pytest.TempPathFactory)
     A sandbox controls every name and link in the archive (and can race its directory walk into
     emitting a link followed by entries beneath it), so the SDK's unpacking is attacked directly.
     """
-    from rollbox.client import _archive
+    from rollbox import archives
 
     outside = tmp_path_factory.mktemp("trainer-home")
     (outside / "victim").write_text("victim")
@@ -346,14 +346,14 @@ def test_tar_slip_on_the_trainers_side(tmp_path_factory: pytest.TempPathFactory)
     for member, data in hostile:
         dest = tmp_path_factory.mktemp("download")
         with contextlib.suppress(tarfile.TarError, OSError):
-            _archive.unpack(_tar((_entry("link", tarfile.SYMTYPE, str(outside)), None), (member, data)), dest)
+            archives.unpack(_tar((_entry("link", tarfile.SYMTYPE, str(outside)), None), (member, data)), dest)
         assert sorted(os.listdir(outside)) == ["victim"], f"{member.name} wrote outside the download directory"
         assert (outside / "victim").read_text() == "victim", member.name
         assert not (dest.parent / "escaped").exists()
     setuid = _entry("tool")
     setuid.mode = 0o6755
     dest = tmp_path_factory.mktemp("download")
-    _archive.unpack(_tar((setuid, b"#!/bin/sh\n")), dest)
+    archives.unpack(_tar((setuid, b"#!/bin/sh\n")), dest)
     assert (dest / "tool").stat().st_mode & 0o7000 == 0, "a setuid bit survived unpacking"
 
 

@@ -28,9 +28,8 @@ from e2b import (
 )
 
 from rollbox.client import SandboxClient
-from rollbox.engine import Engine
-from tests.support.cluster import Process, wait_for
-from tests.support.engines import teardown_engine
+from tests.support.cluster import wait_for
+from tests.support.e2b import e2b_server
 from tests.support.servers import TEMPLATE, TOKENS
 
 POOL = """\
@@ -47,24 +46,11 @@ spec:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A `rollbox serve` on a loopback port with two tenants, `basic` and a warm pool of it; the SDK's settings
     point at it for the module."""
-    root = tmp_path_factory.mktemp("e2b")
-    data_dir = root / "data"
-    tokens = [arg for tenant, token in TOKENS.items() for arg in ("--token", f"{tenant}={token}")]
-    process = Process(["serve", "--data-dir", str(data_dir), *tokens, "--admin", "alice", "--delete-on-exit"],
-                      root / "serve.log")
-    saved = dict(os.environ)
-    try:
-        process.start()
-        with SandboxClient(process.url, token=TOKENS["alice"]) as client:
+    with e2b_server(tmp_path_factory.mktemp("e2b")) as url:
+        with SandboxClient(url, token=TOKENS["alice"]) as client:
             client.apply(TEMPLATE + "---\n" + POOL)
             wait_for(lambda: client.get_warmpool("e2b-pool").ready == 2, "the warm pool fills")
-        os.environ.update(E2B_API_URL=process.url, E2B_SANDBOX_URL=process.url, E2B_API_KEY=TOKENS["alice"])
-        yield process.url
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        process.stop()
-        teardown_engine(Engine(data_dir))
+        yield url
 
 
 def test_a_sandbox_from_a_warm_pool_runs_commands_and_files_until_killed() -> None:

@@ -37,3 +37,26 @@ def test_the_sdk_through_a_cluster_router(tmp_path: Path) -> None:
         assert sandbox.kill()
         with pytest.raises(SandboxNotFoundException):
             Sandbox.connect(sandbox.sandbox_id, **where)
+
+
+def test_a_template_built_through_the_router_carries_its_files_to_the_nodes(tmp_path: Path) -> None:
+    """The router unpacks the uploaded files and sends them on with the Dockerfile to every node that builds."""
+    from e2b import Template
+
+    from tests.compat.test_e2b_templates import TOOLS
+    from tests.support.images import busybox_layout
+
+    (tmp_path / "image").mkdir()
+    base = f"oci:{busybox_layout(tmp_path / 'image')}:base"
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "data.txt").write_text("from the trainer\n")
+    with running_cluster(tmp_path / "cluster", {"alpha": 4}, tokens=TOKENS, admins=("alice",)) as cluster:
+        where = {"api_url": cluster.url, "sandbox_url": cluster.url, "api_key": TOKENS["alice"]}
+        template = Template(file_context_path=str(tmp_path)).from_image(base).run_cmd(TOOLS, user="root") \
+            .copy("files/data.txt", "/opt/data.txt")
+        Template.build(template, "e2b-routed", **where)
+        sandbox = Sandbox.create(template="e2b-routed", **where)
+        try:
+            assert sandbox.commands.run("cat /opt/data.txt").stdout == "from the trainer\n"
+        finally:
+            sandbox.kill()

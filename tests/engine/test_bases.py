@@ -8,8 +8,6 @@ docker-archive.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,33 +19,20 @@ from rollbox.engine.builder import image_settings
 from rollbox.errors import ImageRefused, InvalidResource
 from rollbox.spec import SandboxTemplate
 from tests.support.engines import make_engine, teardown_engine
+from tests.support.images import busybox_layout
+from tests.support.images import run as _run
 
-BUSYBOX = Path("/bin/busybox")
 OCI_FORMS = ("oci", "oci-archive", "docker-archive")
 INSTALL_APPLETS = "/bin/busybox --install -s /bin && echo built > /built"
 WARM_BUILD_SECONDS = 5.0
 """A cached build only asks skopeo for the manifest and config: far below this."""
 
 
-def _run(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The busybox image as every `base:` form accepts it, plus a bad archive and a second tag."""
-    if not BUSYBOX.is_file():
-        pytest.skip("needs busybox-static (scripts/setup.sh installs it)")
     work = tmp_path_factory.mktemp("images")
-    layout, root = work / "layout", work / "root"
-    (root / "bin").mkdir(parents=True)
-    shutil.copy2(BUSYBOX, root / "bin" / "busybox")
-    (root / "bin" / "sh").symlink_to("busybox")
-    _run("umoci", "init", "--layout", str(layout))
-    _run("umoci", "new", "--image", f"{layout}:base")
-    _run("umoci", "insert", "--image", f"{layout}:base", str(root / "bin"), "/bin")
-    _run("umoci", "config", "--image", f"{layout}:base", "--config.env", "GREETING=hello",
-         "--config.workingdir", "/work")
+    layout = busybox_layout(work)
     _run("umoci", "config", "--image", f"{layout}:base", "--tag", "as-1000", "--config.user", "1000:1000")
     _run("skopeo", "copy", "--quiet", f"oci:{layout}:base", f"oci-archive:{work / 'image-oci.tar'}")
     _run("skopeo", "copy", "--quiet", f"oci:{layout}:base", f"docker-archive:{work / 'image-docker.tar'}")

@@ -234,3 +234,17 @@ def test_mirror_and_the_operators_auth_file(registry: Registry, images: dict[str
             assert box.exec("cat /other").stdout == "yes"
     finally:
         teardown_engine(behind)
+
+
+def test_a_dockerfile_builds_from_and_copies_from_private_registry_images(
+        engine: Engine, images: dict[str, str], alice: dict[str, tuple[str, str]], tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text(f"FROM {images['app']}\nCOPY --from={images['other']} /other /copied\n"
+                                         "RUN echo built > /built\n")
+    template = SandboxTemplate.model_validate({"metadata": {"name": "from-registry"},
+                                               "spec": {"dockerfile": "Dockerfile", "user": "root"},
+                                               "context_dir": str(tmp_path)})
+    with pytest.raises(ImageNotFound):
+        engine.build(template)
+    engine.build(template, credentials=alice)
+    with engine.create("from-registry") as box:
+        assert box.exec("cat /copied; echo; cat /built; echo $GREETING").stdout.split() == ["yes", "built", "hi"]

@@ -46,7 +46,8 @@ class MemoryNode:
         self._next = 0
 
     # -- resources ---------------------------------------------------------------------------
-    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+    async def apply(self, resource: Resource, progress: Callable[[str], None], tenant: str | None = None
+                    ) -> ApplyStatus:
         key = (resource.kind, resource.metadata.name)
         progress(f"applying {resource.metadata.name}")
         status: ApplyStatus = ("unchanged" if self.resources.get(key) == resource

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rollbox import errors
-from rollbox.client import AsyncSandboxClient, ConnectionFailed, SandboxClient, _archive
+from rollbox import archives, errors
+from rollbox.client import AsyncSandboxClient, ConnectionFailed, SandboxClient
 from rollbox.client._calls import ApplyReader, ExecReader
 from rollbox.client._http import Answer, answer_of, error_from
 
@@ -261,7 +261,7 @@ def test_archives_round_trip_a_tree_with_links(tmp_path: Path) -> None:
     (source / "run.sh").write_text("#!/bin/sh\necho hi\n")
     (source / "run.sh").chmod(0o755)
     (source / "link").symlink_to("pkg/sub/data.bin")
-    _archive.unpack(_archive.pack(source), tmp_path / "copy")
+    archives.unpack(archives.pack(source), tmp_path / "copy")
     copy = tmp_path / "copy"
     assert (copy / "pkg" / "sub" / "data.bin").read_bytes() == bytes(range(256))
     assert (copy / "run.sh").stat().st_mode & 0o777 == 0o755
@@ -275,7 +275,7 @@ def test_unpacking_refuses_members_that_leave_the_directory(tmp_path: Path) -> N
         info.size = 1
         tar.addfile(info, io.BytesIO(b"x"))
     with pytest.raises(tarfile.OutsideDestinationError):
-        _archive.unpack(buffer.getvalue(), tmp_path / "inside")
+        archives.unpack(buffer.getvalue(), tmp_path / "inside")
     assert not (tmp_path / "escaped").exists()
 
 
@@ -292,6 +292,6 @@ def test_unpacking_keeps_links_that_point_out_but_never_writes_through_them(tmp_
         through.size = 1
         tar.addfile(through, io.BytesIO(b"x"))
     with pytest.raises(tarfile.OutsideDestinationError):
-        _archive.unpack(buffer.getvalue(), tmp_path / "inside")
+        archives.unpack(buffer.getvalue(), tmp_path / "inside")
     assert (tmp_path / "inside" / "python").readlink() == Path("/usr/bin/python3")
     assert not (tmp_path / "escaped").exists()

@@ -8,12 +8,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import yaml
 from pydantic import BaseModel
 
 from rollbox import errors
 from rollbox.cli.arguments import Commands, UsageError, client
 from rollbox.cli.output import ApplyProgress, label, out, progress, show
 from rollbox.client import SandboxClient
+from rollbox.spec import API_VERSION
 
 KINDS = {
     "template": "templates", "templates": "templates",
@@ -33,6 +35,16 @@ def add_commands(commands: Commands, remote: argparse.ArgumentParser) -> None:
                        help="YAML file with one or more resources ('-' reads stdin; repeatable)")
     apply.add_argument("--wait", action="store_true", help="then wait until every warm pool applied is full")
     apply.set_defaults(run=cmd_apply)
+
+    build = commands.add_parser("build", parents=[remote], help="build a template from a Dockerfile",
+                                description="Builds the template NAME from a Dockerfile and its build context, which "
+                                            "is sent to the server (less what .dockerignore leaves out).")
+    build.add_argument("context", metavar="DIR", help="the build context")
+    build.add_argument("-f", "--file", metavar="DOCKERFILE", help="the Dockerfile (DIR/Dockerfile by default)")
+    build.add_argument("-t", "--tag", required=True, metavar="NAME", help="the template's name")
+    build.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE", help="a build arg (repeatable)")
+    build.add_argument("--target", metavar="STAGE", help="the stage to build (the last by default)")
+    build.set_defaults(run=cmd_build)
 
     get = commands.add_parser("get", parents=[remote],
                               help="list templates, warmpools, sandboxes, snapshots or volumes")
@@ -58,6 +70,19 @@ def cmd_apply(args: argparse.Namespace) -> None:
             out.print(f"{label(event)} {event.status}")
         if args.wait:
             _fill(sdk, [event.name for event in applied if event.kind == "SandboxWarmPool" and event.name])
+
+
+def cmd_build(args: argparse.Namespace) -> None:
+    build_args = dict(item.partition("=")[::2] for item in args.build_arg)
+    if any(not key for key in build_args):
+        raise UsageError("--build-arg takes KEY=VALUE")
+    spec = {"dockerfile": args.file or str(Path(args.context) / "Dockerfile"), "context": args.context,
+            "buildArgs": build_args, **({"target": args.target} if args.target else {})}
+    document = {"apiVersion": API_VERSION, "kind": "SandboxTemplate", "metadata": {"name": args.tag}, "spec": spec}
+    with ApplyProgress() as bars:
+        applied = client(args).apply(yaml.safe_dump(document), on_progress=bars.update)
+    for event in applied:
+        out.print(f"{label(event)} {event.status}")
 
 
 def _fill(sdk: SandboxClient, pools: list[str]) -> None:

@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from rollbox import errors, spec
-from rollbox.client import _archive
+from rollbox import archives, errors, spec
 from rollbox.client._call import (
     JSON,
     Call,
@@ -35,6 +34,7 @@ from rollbox.models import (
     ApplyEvent,
     ApplyRequest,
     ArchiveResult,
+    BuildContext,
     ClaimRequest,
     ExecEvent,
     ExecRequest,
@@ -119,9 +119,21 @@ def apply(source: Source, on_progress: ProgressCallback | None) -> StreamCall[li
 
 def apply_resources(resources: list[spec.Resource], context_dir: str | None,
                     on_progress: ProgressCallback | None) -> StreamCall[list[ApplyEvent]]:
-    documents = [resource.model_dump(mode="json", by_alias=True, exclude_unset=True) for resource in resources]
-    body = ApplyRequest(documents=documents, context_dir=context_dir)
+    documents = [{"apiVersion": resource.api_version, "kind": resource.kind,  # set or not, the server needs them
+                  **resource.model_dump(mode="json", by_alias=True, exclude_unset=True)} for resource in resources]
+    contexts = {resource.metadata.name: _build_context(resource) for resource in resources
+                if isinstance(resource, spec.SandboxTemplate) and archives.reads_files(resource)}
+    body = ApplyRequest(documents=documents, context_dir=context_dir, contexts=contexts)
     return StreamCall("POST", "/v1/apply", ApplyReader(on_progress), _dump(body))
+
+
+def _build_context(template: spec.SandboxTemplate) -> BuildContext:
+    """What the template's build reads, packed here: the server may be on another machine."""
+    if template.spec.dockerfile is not None:
+        return BuildContext(archive=archives.pack_context(archives.build_context(template)),
+                            dockerfile=archives.read_dockerfile(template))
+    sources = [step.copy_.src for step in template.spec.steps if step.copy_ is not None]
+    return BuildContext(archive=archives.pack_context(archives.build_context(template), only=sources))
 
 
 def _load(source: Source) -> tuple[list[spec.Resource], str]:
@@ -293,7 +305,7 @@ def mkdir(sandbox_id: str, path: str) -> Call[None]:
 
 
 def upload_dir(sandbox_id: str, local_dir: str | os.PathLike[str], remote_dir: str) -> Call[int]:
-    return upload_archive(sandbox_id, remote_dir, _archive.pack(local_dir))
+    return upload_archive(sandbox_id, remote_dir, archives.pack(local_dir))
 
 
 def upload_archive(sandbox_id: str, remote_dir: str, archive: bytes) -> Call[int]:
@@ -306,7 +318,7 @@ def upload_archive(sandbox_id: str, remote_dir: str, archive: bytes) -> Call[int
 
 def download_dir(sandbox_id: str, remote_dir: str, local_dir: str | os.PathLike[str]) -> Call[None]:
     def parse(answer: Answer) -> None:
-        _archive.unpack(_content(answer), local_dir)
+        archives.unpack(_content(answer), local_dir)
 
     return _get(_sandbox(sandbox_id, "/files/archive"), parse, {"path": remote_dir})
 

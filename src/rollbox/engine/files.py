@@ -8,6 +8,7 @@ last path component is ever named in a second call, and it never contains a slas
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -16,6 +17,7 @@ import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import PurePosixPath
+from typing import BinaryIO
 
 from rollbox.engine.descriptors import openat2, remove_tree_at, walk
 from rollbox.errors import Conflict, FileNotFound, InvalidPath, InvalidRequest, RollboxError, TooLarge
@@ -38,6 +40,16 @@ def _split(path: str) -> tuple[str, str]:
     return parent, name
 
 
+@contextmanager
+def root_fd(root: str | os.PathLike[str]) -> Iterator[int]:
+    """A descriptor of a root directory, for openat2 to resolve paths inside it."""
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 class ContainerFiles:
     """Files of one container. Relative paths are taken from `home`; ownership defaults to `uid:gid`."""
 
@@ -52,13 +64,8 @@ class ContainerFiles:
         path = _clean(path)
         return path if path.startswith("/") else f"{self.home.rstrip('/')}/{path}"
 
-    @contextmanager
-    def _root_fd(self) -> Iterator[int]:
-        fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
+    def _root_fd(self) -> contextlib.AbstractContextManager[int]:
+        return root_fd(self.root)
 
     @contextmanager
     def _open(self, path: str, flags: int, mode: int = 0) -> Iterator[int]:
@@ -100,9 +107,10 @@ class ContainerFiles:
                     raise TooLarge(f"{path} is more than the {limit}-byte limit")
             return b"".join(chunks)
 
-    def write(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+    def write(self, path: str, data: bytes | str | BinaryIO, mode: int = 0o644) -> None:
+        """Writes a file whole (a file object is copied in chunks, never held in memory), replacing any there."""
         data = data.encode() if isinstance(data, str) else data
-        if len(data) > self.max_upload:
+        if isinstance(data, bytes) and len(data) > self.max_upload:
             raise TooLarge(f"{len(data)} bytes is more than the {self.max_upload}-byte upload limit")
         with self._parent(path, create=True) as (parent, name):
             temp = f".{name}.rollbox-{os.getpid()}-{id(data):x}"
@@ -112,17 +120,16 @@ class ContainerFiles:
             except OSError as error:
                 raise _translate(error, path) from None
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                self._fill(fd, data)
                 os.fchmod(fd, mode & 0o7777)
                 os.fchown(fd, self.uid, self.gid)
-            except OSError as error:
+            except BaseException as error:
                 os.close(fd)
                 with suppress(OSError):
                     os.unlink(temp, dir_fd=parent)
-                raise _translate(error, path) from None
+                if isinstance(error, OSError):
+                    raise _translate(error, path) from None
+                raise
             os.close(fd)
             try:
                 os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
@@ -130,6 +137,18 @@ class ContainerFiles:
                 with suppress(OSError):
                     os.unlink(temp, dir_fd=parent)
                 raise _translate(error, path) from None
+
+    def _fill(self, fd: int, data: bytes | BinaryIO) -> None:
+        chunks = iter((data,)) if isinstance(data, bytes) else iter(lambda: data.read(1 << 20), b"")
+        size = 0
+        for chunk in chunks:
+            size += len(chunk)
+            if size > self.max_upload:
+                raise TooLarge(f"more than the {self.max_upload}-byte upload limit")
+            view = memoryview(chunk)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
 
     def mkdir(self, path: str, parents: bool = True, mode: int = 0o755) -> None:
         parts = [p for p in PurePosixPath(self._absolute(path)).parts if p != "/"]
@@ -157,6 +176,20 @@ class ContainerFiles:
                     parent = current
             finally:
                 os.close(parent)
+
+    def chmod(self, path: str, mode: int) -> None:
+        with self._open(path, os.O_RDONLY | os.O_NONBLOCK) as fd:
+            os.fchmod(fd, mode & 0o7777)
+
+    def hard_link(self, existing: str, path: str) -> None:
+        """Makes `path` another name of the file `existing` (replacing what is there); both resolve in the root."""
+        with self._parent(existing) as (source_dir, source_name), self._parent(path, create=True) as (dest_dir, name):
+            try:
+                with suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dest_dir)
+                os.link(source_name, name, src_dir_fd=source_dir, dst_dir_fd=dest_dir, follow_symlinks=False)
+            except OSError as error:
+                raise _translate(error, path) from None
 
     def exists(self, path: str) -> bool:
         try:

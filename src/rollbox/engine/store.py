@@ -48,6 +48,8 @@ class Image:
     host_binds: bool = False
     checkpoint: str | None = None
     """A snapshot with memory: the checkpoint image whose processes a container from it resumes (gVisor)."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """What a Dockerfile said about running the image, recorded but not acted on (entrypoint, cmd, labels...)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -36,7 +36,7 @@ class Templates:
                 f"SandboxTemplate {template.metadata.name}: spec.network: mode allowlist needs a runtime that "
                 f"joins a prepared network namespace, and {runtime.name} here cannot: use runtime runc, "
                 "or mode none")
-        image = self.builder.build(template, progress, credentials)
+        image = self.builder.build(template, progress, self._built, credentials)
         spec = template.model_dump_json(by_alias=True)
         self.store.put_template(template.metadata.name, spec, image, time.time())
         return image
@@ -75,6 +75,10 @@ class Templates:
         """The template's network policy; none (the safest) once the template is gone."""
         found = self.store.template(name)
         return SandboxTemplate.model_validate_json(found[0]).spec.network if found else Network()
+
+    def _built(self, name: str) -> Image | None:
+        found = self.store.template(name)
+        return found[1] if found else None
 
     def _found(self, name: str) -> tuple[str, Image]:
         found = self.store.template(name)

@@ -87,10 +87,24 @@ class ShutdownAfterRequest(Request):
     shutdown_after: PositiveSeconds
 
 
+class BuildContext(Request):
+    """What a template's build reads, sent with it so that the server may be on another machine."""
+
+    model_config = ConfigDict(extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+    archive: bytes
+    """A gzip'ed tar: a Dockerfile's build context (less what `.dockerignore` leaves out), or the files `copy` steps
+    name, under their paths from the YAML's directory."""
+    dockerfile: str | None = None
+    """The Dockerfile's text, for a template built from one."""
+
+
 class ApplyRequest(Request):
     documents: list[dict[str, Any]]
     context_dir: str | None = None
-    """The directory `copy` steps read from, on the server's machine (the YAML file's directory)."""
+    """The directory `copy` steps read from, on the server's machine (the YAML file's directory), for the templates
+    `contexts` does not name."""
+    contexts: dict[str, BuildContext] = Field(default_factory=dict)
+    """Build contexts by template name (the SDK sends one for every template with a Dockerfile or `copy` steps)."""
 
 
 # -- answers --------------------------------------------------------------------------------------
@@ -193,6 +207,9 @@ class TemplateInfo(BaseModel):
     name: str
     spec: dict[str, Any]
     built_at: float
+    config: dict[str, Any] = Field(default_factory=dict)
+    """What its Dockerfile said about running it, recorded but not acted on: `entrypoint`, `cmd`, `labels`,
+    `exposedPorts`, `volumes`, `stopSignal`, `healthcheck`, `shell` (docs/dockerfile.md)."""
 
 
 class WarmPoolInfo(BaseModel):

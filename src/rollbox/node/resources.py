@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from anyio import to_thread
 
+from rollbox.archives import reads_files
 from rollbox.engine import Engine
 from rollbox.engine.images.registry import Credentials
 from rollbox.engine.templates import IMAGE_PREFIX
@@ -92,8 +93,7 @@ class Resources:
                                   "rollbox makes for claims of images: choose another name")
         spec = template.model_dump_json(by_alias=True)
         before = self.engine.store.template(name)
-        copies = any(step.copy_ is not None for step in template.spec.steps)
-        if before is not None and before[0] == spec and not copies:
+        if before is not None and before[0] == spec and not reads_files(template):
             return "unchanged"
         image = self.engine.build(template, say, credentials)
         if before is None:
@@ -133,8 +133,8 @@ class Resources:
 
     async def templates(self) -> list[TemplateInfo]:
         """The templates applied (those made for claims of images are not listed: their names are digests)."""
-        return [TemplateInfo(name=name, spec=json.loads(spec)["spec"], built_at=built)
-                for name, spec, _, built in self.engine.store.templates() if not name.startswith(IMAGE_PREFIX)]
+        return [TemplateInfo(name=name, spec=json.loads(spec)["spec"], built_at=built, config=image.config)
+                for name, spec, image, built in self.engine.store.templates() if not name.startswith(IMAGE_PREFIX)]
 
     async def template(self, name: str) -> TemplateInfo:
         found = next((t for t in await self.templates() if t.name == name), None)

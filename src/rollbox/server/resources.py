@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
+from anyio import to_thread
 from starlette.responses import Response
 
+from rollbox.archives import reads_files, unpack_context
 from rollbox.errors import InvalidRequest, RollboxError
-from rollbox.models import ApplyRequest, TemplateInfo, WarmPoolInfo
+from rollbox.models import ApplyRequest, BuildContext, TemplateInfo, WarmPoolInfo
 from rollbox.node import Node
 from rollbox.server.responses import json_response, no_content
 from rollbox.server.routing import Routes
 from rollbox.server.streams import Emit, as_rollbox_error, ndjson
-from rollbox.spec import parse_resource
+from rollbox.spec import Resource, SandboxTemplate, parse_resource
 
 
 def add_routes(routes: Routes, node: Node) -> None:
@@ -24,8 +29,25 @@ def add_routes(routes: Routes, node: Node) -> None:
         if body.context_dir is not None and not body.context_dir.startswith("/"):
             raise InvalidRequest(f"context_dir {body.context_dir!r} must be an absolute path")
         resources = [parse_resource(document, body.context_dir) for document in body.documents]
+        unknown = set(body.contexts) - {resource.metadata.name for resource in resources
+                                         if isinstance(resource, SandboxTemplate)}
+        if unknown:
+            raise InvalidRequest(f"contexts names no template of the request: {', '.join(sorted(unknown))}")
+        for resource in resources:
+            if isinstance(resource, SandboxTemplate) and reads_files(resource) and body.context_dir is None \
+                    and resource.metadata.name not in body.contexts:
+                raise InvalidRequest(f"template {resource.metadata.name} reads files (a Dockerfile or copy steps): "
+                                     "send its build context in `contexts` (rollbox's SDK and CLI do)")
 
         async def produce(emit: Emit) -> None:
+            unpacked: list[str] = []
+            try:  # in the work the answer streams, so that whatever ends the request removes the contexts
+                await to_thread.run_sync(_unpack_contexts, resources, body.contexts, unpacked)
+                await apply_all(emit)
+            finally:
+                await to_thread.run_sync(_remove, unpacked)
+
+        async def apply_all(emit: Emit) -> None:
             for resource in resources:
                 kind, name = resource.kind, resource.metadata.name
                 try:
@@ -71,6 +93,21 @@ def add_routes(routes: Routes, node: Node) -> None:
         """Deletes a warm pool and its ready sandboxes; claimed ones stay."""
         await node.delete_warmpool(name)
         return no_content()
+
+
+def _unpack_contexts(resources: list[Resource], contexts: dict[str, BuildContext], made: list[str]) -> None:
+    """Unpacks each template's build context into a directory of its own (listed in `made`), for its build."""
+    for resource in resources:
+        context = contexts.get(resource.metadata.name)
+        if isinstance(resource, SandboxTemplate) and context is not None:
+            made.append(tempfile.mkdtemp(prefix="rollbox-context-"))
+            unpack_context(context.archive, Path(made[-1]))
+            resource.context_root, resource.dockerfile_text = made[-1], context.dockerfile
+
+
+def _remove(directories: list[str]) -> None:
+    for directory in directories:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _apply_error(error: RollboxError) -> dict[str, Any]:

@@ -55,6 +55,11 @@ class ImageRef:
         return ImageRef(self.host, self.repository, self.tag, digest)
 
 
+def as_base(text: str) -> str:
+    """A registry image as a template base names it: `python:3.11` is `docker://docker.io/library/python:3.11`."""
+    return PREFIX + str(parse(text))
+
+
 def is_image(text: str) -> bool:
     """Whether a template base or a claim names a registry image (rather than `host`, `debian:`, `oci:`...)."""
     local = text.startswith(("oci:", "oci-archive:", "docker-archive:"))

@@ -13,11 +13,12 @@ from starlette.routing import Router, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollbox.node import Node
-from rollbox.server.e2b import api
+from rollbox.server.e2b import api, templates
 from rollbox.server.e2b.access import Access
 from rollbox.server.e2b.envd import Daemon
 
-PREFIXES = ("/sandboxes", "/v2/sandboxes", "/snapshots", "/templates", "/process.Process/", "/filesystem.Filesystem/")
+PREFIXES = ("/sandboxes", "/v2/sandboxes", "/snapshots", "/templates", "/v2/templates", "/v3/templates",
+            "/process.Process/", "/filesystem.Filesystem/")
 PATHS = frozenset({"/files", "/health"})
 """The paths the SDK calls (these and those under PREFIXES); none is a path of rollbox's own API."""
 
@@ -28,7 +29,8 @@ class Facade:
     def __init__(self, app: ASGIApp, node: Node, tokens: dict[str, str] | None, admins: Iterable[str] = ()) -> None:
         self.app = app
         access = Access(tokens, admins)
-        routes = api.routes(node, access) + Daemon(node, access).routes()
+        # the builds' routes first: DELETE /templates/tags is theirs, not a snapshot's
+        routes = templates.routes(node, access) + api.routes(node, access) + Daemon(node, access).routes()
         self.router = Router(routes, default=request_response(api.not_served))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -80,15 +80,7 @@ def routes(node: Node, access: Access) -> list[Route]:
     """The REST routes."""
 
     def api(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                return await handler(request, access.tenant(request.headers.get("x-api-key")))
-            except RollboxError as error:
-                if error.status >= 500:
-                    log.error("E2B API call failed", exc_info=error)
-                status = 404 if isinstance(error, NodeLost) else error.status
-                return JSONResponse({"code": status, "message": str(error)}, status)
-        return endpoint
+        return guarded(handler, lambda request: access.tenant(request.headers.get("x-api-key")))
 
     def created(tenant: str, info: SandboxInfo) -> dict[str, Any]:
         return {"templateID": info.warmpool or info.template, "sandboxID": info.id, "clientID": CLIENT_ID,
@@ -117,12 +109,13 @@ def routes(node: Node, access: Access) -> list[Route]:
         return await node.claim(tenant, ClaimRequest(snapshot=name, **options))
 
     async def create(request: Request, tenant: str) -> Response:
-        body = await _parse(request, NewSandbox)
+        body = await parse(request, NewSandbox)
         if body.volume_mounts:
             raise InvalidRequest("E2B volume mounts are not served: mount rollbox volumes with rollbox's own API "
                                  "(docs/compat-e2b.md)")
-        info = await claim(tenant, body.template_id, shutdown_after=body.timeout, env=body.env_vars or None,
-                           labels=body.metadata or None)
+        # a tag names the template's build: rollbox keeps one, its latest (docs/compat-e2b.md)
+        info = await claim(tenant, body.template_id.partition(":")[0], shutdown_after=body.timeout,
+                           env=body.env_vars or None, labels=body.metadata or None)
         return JSONResponse(created(tenant, info), 201)
 
     async def list_sandboxes(request: Request, tenant: str) -> Response:
@@ -156,7 +149,7 @@ def routes(node: Node, access: Access) -> list[Route]:
         return Response(status_code=204)
 
     async def set_timeout(request: Request, tenant: str) -> Response:
-        body = await _parse(request, Timeout)
+        body = await parse(request, Timeout)
         await node.set_shutdown_after(tenant, request.path_params["sandbox_id"], body.timeout)
         return Response(status_code=204)
 
@@ -168,7 +161,7 @@ def routes(node: Node, access: Access) -> list[Route]:
         return Response(status_code=204)
 
     async def connect(request: Request, tenant: str) -> Response:
-        body = await _parse(request, ConnectSandbox)
+        body = await parse(request, ConnectSandbox)
         sandbox_id = request.path_params["sandbox_id"]
         info = await node.get(tenant, sandbox_id)
         resumed = info.state == "paused"
@@ -181,12 +174,12 @@ def routes(node: Node, access: Access) -> list[Route]:
         return JSONResponse(created(tenant, info), 201 if resumed else 200)
 
     async def fork(request: Request, tenant: str) -> Response:
-        body = await _parse(request, Fork)
+        body = await parse(request, Fork)
         children = await node.fork(tenant, request.path_params["sandbox_id"], body.count)
         return JSONResponse([{"sandbox": created(tenant, child)} for child in children], 201)
 
     async def snapshot(request: Request, tenant: str) -> Response:
-        body = await _parse(request, Snapshot)
+        body = await parse(request, Snapshot)
         name = body.name or f"snapshot-{secrets.token_hex(6)}"
         await node.snapshot(tenant, request.path_params["sandbox_id"], name)
         return JSONResponse({"snapshotID": name, "names": [name]}, 201)
@@ -228,13 +221,26 @@ def routes(node: Node, access: Access) -> list[Route]:
     ]
 
 
+def guarded(handler: Handler, caller: Callable[[Request], str]) -> Callable[[Request], Awaitable[Response]]:
+    """An endpoint that calls `handler` with the caller's tenant, answering errors in the shape the SDK reads."""
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request, caller(request))
+        except RollboxError as error:
+            if error.status >= 500:
+                log.error("E2B API call failed", exc_info=error)
+            status = 404 if isinstance(error, NodeLost) else error.status
+            return JSONResponse({"code": status, "message": str(error)}, status)
+    return endpoint
+
+
 async def not_served(request: Request) -> Response:
     """What the SDK asks of E2B that rollbox does not serve: a JSON error it reads, never a bare page."""
     return JSONResponse({"code": 501, "message": f"{request.method} {request.url.path} is not served by rollbox: "
                                                  "see docs/compat-e2b.md"}, 501)
 
 
-async def _parse(request: Request, model: type[BodyT]) -> BodyT:
+async def parse(request: Request, model: type[BodyT]) -> BodyT:
     raw = await request.body()
     try:
         return model.model_validate_json(raw or b"{}")
