@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from rollbox.engine import Engine, bases
-from rollbox.engine.builder import image_settings
 from rollbox.errors import ImageRefused, InvalidResource
 from rollbox.spec import SandboxTemplate
 from tests.support.engines import make_engine, teardown_engine
@@ -88,14 +87,12 @@ def test_same_image_in_another_form_is_not_unpacked_again(engine: Engine, images
 def test_oci_base_takes_settings_from_the_image_config(engine: Engine, images: dict[str, str]) -> None:
     messages: list[str] = []
     pulled = engine.images.local("oci", images["as-1000"].removeprefix("oci:"), messages.append)
-    settings = image_settings(pulled.settings)
-    assert settings["user"] == "1000:1000"
-    assert settings["env"] == {"GREETING": "hello"}
-    assert settings["workdir"] == "/work"
+    image = pulled.image()
+    assert (image.user, image.env, image.workdir) == ("1000:1000", {"GREETING": "hello"}, "/work")
     assert (engine.layers.path(pulled.layers[0]) / "bin" / "busybox").is_file()
     messages.clear()
     again = engine.images.local("oci", images["oci"].removeprefix("oci:"), messages.append)
-    assert image_settings(again.settings)["user"] == "0"
+    assert again.image().user == "0"
     assert again.layers == pulled.layers
     assert not any("to fetch" in message and "0 to fetch" not in message for message in messages), \
         "the same layers, retagged with other settings, were unpacked twice"

@@ -26,7 +26,7 @@ from rollbox.engine.files import ContainerFiles
 from rollbox.engine.hostbase import host_base_layer, host_binds
 from rollbox.engine.images import reference
 from rollbox.engine.images.registry import Credentials
-from rollbox.engine.images.store import ImageStore, PulledImage
+from rollbox.engine.images.store import ImageStore
 from rollbox.engine.layers import LayerStore, remove_tree
 from rollbox.engine.oci import Bind, ContainerConfig, container_spec
 from rollbox.engine.plan import Arg, Copy, Env, Op, Plan, Record, Run, Shell, Stage, User, Workdir, from_steps
@@ -155,12 +155,12 @@ class Builder:
         if base == "host":
             return Image(layers=[host_base_layer(self.layers)], env={}, user="root", host_binds=True)
         if reference.is_image(base):
-            return _from_image(self.images.pull(base, credentials, say))
+            return self.images.pull(base, credentials, say).image()
         kind, _, ref = base.partition(":")
         if kind == "debian":
             return bases.debian_base(self.layers, ref, say)
         if kind in bases.OCI_KINDS:
-            return _from_image(self.images.local(kind, ref, say))
+            return self.images.local(kind, ref, say).image()
         raise InvalidResource(f"unknown base {base!r}: use {bases.BASE_FORMS}")
 
     # -- steps ------------------------------------------------------------------------------
@@ -375,26 +375,6 @@ class Builder:
             home.chmod("/home/user", 0o755)
 
         self._in_image(image, layer_id, fill, "0")
-
-
-_RECORDED = {"Cmd": "cmd", "Entrypoint": "entrypoint", "Healthcheck": "healthcheck", "StopSignal": "stopSignal",
-             "Labels": "labels"}
-"""An image config's fields that a template records, as a Dockerfile's instructions record them."""
-
-
-def image_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """What an image's config says of how its processes run; an image that names no user runs as root (by uid:
-    scratch-like images have no /etc/passwd). What it says but rollbox does not act on is recorded."""
-    env = dict(str(item).partition("=")[::2] for item in settings.get("Env") or [])
-    config = {key: settings[field] for field, key in _RECORDED.items() if settings.get(field)}
-    config.update({key: sorted(settings[field]) for field, key in (("ExposedPorts", "exposedPorts"),
-                                                                   ("Volumes", "volumes")) if settings.get(field)})
-    return {"env": env, "workdir": settings.get("WorkingDir") or None, "user": settings.get("User") or "0",
-            "host_binds": False, "config": config}
-
-
-def _from_image(pulled: PulledImage) -> Image:
-    return Image(layers=list(pulled.layers), **image_settings(pulled.settings))
 
 
 def _stage_name(plan: Plan, index: int) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from rollbox.engine.builder import Builder, Progress, image_settings
+from rollbox.engine.builder import Builder, Progress
 from rollbox.engine.images.registry import Credentials
 from rollbox.engine.images.store import PulledImage
 from rollbox.engine.runtimes import Runtime
@@ -48,7 +48,7 @@ class Templates:
         if found is not None and found[1].layers == pulled.layers:
             return name
         self.runtime(runtime)  # a runtime this machine lacks is refused before anything is recorded
-        image = Image(layers=list(pulled.layers), **image_settings(pulled.settings))
+        image = pulled.image()
         template = SandboxTemplate(metadata=Metadata(name=name),
                                    spec=TemplateSpec(base=f"docker://{pulled.reference}", runtime=runtime,
                                                      user=image.user))

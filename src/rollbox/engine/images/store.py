@@ -27,6 +27,7 @@ from rollbox.engine.images.registry import Credentials, Registry, RegistrySettin
 from rollbox.engine.images.sources import ArchiveSource, LayoutSource, RegistrySource, Resolved, Source
 from rollbox.engine.images.unpack import unpack_layer
 from rollbox.engine.layers import LayerStore, remove_tree
+from rollbox.engine.store import Image
 from rollbox.errors import ImageNotFound, InvalidRequest, InvalidResource
 
 LAYER_PREFIX = "layer-"
@@ -37,6 +38,8 @@ GRANT_SECONDS = 600.0
 FETCH_WORKERS = 4
 
 Say = Callable[[str], None]
+_RECORDED = {"Cmd": "cmd", "Entrypoint": "entrypoint", "Healthcheck": "healthcheck", "StopSignal": "stopSignal",
+             "Labels": "labels"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,18 @@ class PulledImage:
     def reference(self) -> str:
         """The name pinned to the digest: what starts this very image again."""
         return self.name if "@" in self.name else f"{self.name}@{self.digest}"
+
+    def image(self) -> Image:
+        """What a container of this image starts from: its layers, and how its config says its processes run (an
+        image that names no user runs as root, by uid: scratch-like images have no /etc/passwd). What the config
+        says but rollbox does not act on is recorded, under the names a Dockerfile's instructions record it by."""
+        settings = self.settings
+        env = dict(str(item).partition("=")[::2] for item in settings.get("Env") or [])
+        config = {key: settings[field] for field, key in _RECORDED.items() if settings.get(field)}
+        config.update({key: sorted(settings[field]) for field, key in (("ExposedPorts", "exposedPorts"),
+                                                                       ("Volumes", "volumes")) if settings.get(field)})
+        return Image(layers=list(self.layers), env=env, workdir=settings.get("WorkingDir") or None,
+                     user=settings.get("User") or "0", host_binds=False, config=config)
 
 
 class ImageStore:
