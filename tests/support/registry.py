@@ -238,6 +238,8 @@ class CuttingProxy:
         self.cuts, self.after, self.pause = cuts, after, pause
         self.port = free_port()
         self.blob_requests = 0
+        self.digests: list[str] = []
+        """Each blob request's digest, in order."""
         self._server: socket.socket | None = None
 
     @property
@@ -276,6 +278,7 @@ class CuttingProxy:
             while data := _recv(client):
                 if b"/blobs/sha256:" in data and b"GET " in data:
                     self.blob_requests += 1
+                    self.digests.append(data.split(b"/blobs/", 1)[1].split(b" ", 1)[0].decode())
                     if self.blob_requests <= self.cuts:
                         cut.set()
                 upstream.sendall(data)
