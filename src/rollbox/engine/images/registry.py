@@ -137,7 +137,8 @@ class Registry:
             if _denied(last):
                 raise ImageNotFound(f"image {ref} was not found, or the credentials given cannot read it "
                                     f"({last}): check the name, or register credentials for {ref.host}")
-            time.sleep(BACKOFF * 2**attempt)
+            if attempt + 1 < RETRIES:
+                time.sleep(BACKOFF * 2**attempt)
         raise ImagePullFailed(f"image {ref}: the registry did not answer after {RETRIES} tries: {last}")
 
     # -- layers ------------------------------------------------------------------------------
@@ -164,7 +165,8 @@ class Registry:
                 if "larger than" in last:
                     raise ImageRefused(f"image {ref}: {last}: refused")
                 shutil.rmtree(scratch, ignore_errors=True)
-                time.sleep(BACKOFF * 2**attempt)
+                if attempt + 1 < RETRIES:
+                    time.sleep(BACKOFF * 2**attempt)
         raise ImagePullFailed(f"image {ref}: layer {layer['digest']} failed {RETRIES} times: {last}")
 
     def _download(self, ref: ImageRef, digest: str, scratch: Path, auth: Path, size: int,
