@@ -33,6 +33,7 @@ from tests.support.registry import (
     make_layer,
     running_registry,
 )
+from tests.support.token_auth import TokenServer
 
 USERS = {"alice": "wonderland"}
 
@@ -248,3 +249,27 @@ def test_a_dockerfile_builds_from_and_copies_from_private_registry_images(
     engine.build(template, credentials=alice)
     with engine.create("from-registry") as box:
         assert box.exec("cat /copied; echo; cat /built; echo $GREETING").stdout.split() == ["yes", "built", "hi"]
+
+
+def test_bearer_token_auth(tmp_path: Path) -> None:
+    """A registry that sends clients to a token server, as Docker Hub does: credentials buy a token that pulls."""
+    tokens = TokenServer(tmp_path, USERS)
+    registry = Registry(tmp_path / "registry", dict(USERS), auth=tokens.registry_config()).start()
+    try:
+        maker = ImageMaker(tmp_path / "made")
+        maker.image("tokened", [busybox_layer(), make_layer({"tokened": "yes\n"})])
+        reference = registry.push(maker, "tokened", "swe/tokened", as_tag="1")
+        engine = Engine(tmp_path / "data", run_dir=RUN_ROOT / f"test-token-{os.getpid()}",
+                        registries=RegistrySettings(insecure=frozenset({registry.host})))
+        try:
+            with pytest.raises(ImageNotFound):
+                engine.images.pull(reference)
+            pulled = engine.images.pull(reference, {registry.host: ("alice", USERS["alice"])})
+            with engine.create(engine.image_template(pulled)) as box:
+                assert box.exec("cat /tokened").stdout == "yes\n"
+        finally:
+            teardown_engine(engine)
+        assert "alice" in tokens.issued and "" in tokens.issued
+    finally:
+        registry.stop()
+        tokens.stop()

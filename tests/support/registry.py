@@ -150,6 +150,8 @@ class Registry:
     users: Mapping[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    auth: list[str] | None = None
+    """The config's `auth:` section, when not basic auth over `users` (a token server's, say)."""
 
     @property
     def host(self) -> str:
@@ -164,7 +166,9 @@ class Registry:
         lines = ["version: 0.1", "log:", "  level: error", "  accesslog:", "    disabled: true", "storage:",
                  "  filesystem:", f"    rootdirectory: {self.storage}", "  delete:", "    enabled: true",
                  "http:", f"  addr: {self.host}"]
-        if self.users:
+        if self.auth is not None:
+            lines += self.auth
+        elif self.users:
             htpasswd = self.root / "htpasswd"
             htpasswd.write_text("".join(_bcrypt_line(user, password) for user, password in self.users.items()))
             lines += ["auth:", "  htpasswd:", "    realm: rollbox-tests", f"    path: {htpasswd}"]
