@@ -45,8 +45,8 @@ from rich.table import Table
 from common import Figures, distribution, load, machine, progress_bars
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: the registry and the images made here
-from tests.support.registry import CuttingProxy, ImageMaker, Layer, Registry, make_layer, running_registry
-from tests.support.swe_images import base_layers
+from tests.support.registry import CuttingProxy, ImageMaker, Layer, make_layer, running_registry
+from tests.support.swe_images import base_layers, disk_bytes, distinct_blobs, swe_family, unpacked_alone
 
 from rollbox._signals import exit_on_sigterm
 from rollbox.client import SandboxClient
@@ -123,22 +123,6 @@ def pull(work: Path, registry_host: str, reference: str, rounds: int) -> Figures
             "second_pull_blob_requests": requests}
 
 
-def swe_family(maker: ImageMaker, registry: Registry, envs: int, per_env: int) -> list[str]:
-    """A base (busybox, python, git), `envs` environment images on it, `per_env` instance images on each."""
-    base = base_layers()
-    references = []
-    for env in range(envs):
-        env_layer = make_layer({f"usr/lib/python3/env{env}/mod{n}.py": f"VALUE = {n}\n" + "#" * 4000
-                                for n in range(2000)})
-        for instance in range(per_env):
-            repo = {f"testbed/pkg/file{n}.py": f"# {env}/{instance}/{n}\n" + secrets.token_hex(400)
-                    for n in range(200)}
-            tag = f"env{env}-task{instance}"
-            maker.image(tag, [*base, env_layer, make_layer(repo)], workdir="/testbed")
-            references.append(registry.push(maker, tag, f"swe/sweb.eval.{tag}", as_tag="latest"))
-    return references
-
-
 def disk(work: Path, registry_host: str, references: list[str], maker: ImageMaker) -> Figures:
     with _engine(work / "disk", registry_host) as engine:
         started = time.perf_counter()
@@ -146,35 +130,11 @@ def disk(work: Path, registry_host: str, references: list[str], maker: ImageMake
             engine.images.pull(reference)
         elapsed = time.perf_counter() - started
         layers = {layer for record in engine.images.images() for layer in record.layers}
-        on_disk = _du(*(engine.layers.path(layer) for layer in layers))
-    alone = 0
-    for blob in _distinct_blobs(maker, references):
-        target = work / "alone"
-        target.mkdir()
-        subprocess.run(["tar", "-xzf", str(blob), "-C", str(target)], check=True, capture_output=True)
-        alone += _du(target)
-        shutil.rmtree(target)
+        on_disk = disk_bytes(*(engine.layers.path(layer) for layer in layers))
+    alone = unpacked_alone(distinct_blobs(maker, references), work / "alone")
     return {"images": len(references), "distinct_layers": len(layers), "disk_bytes": on_disk,
             "distinct_layers_bytes": alone, "disk_ratio": round(on_disk / alone, 3),
             "pull_all_s": round(elapsed, 1)}
-
-
-def _distinct_blobs(maker: ImageMaker, references: list[str]) -> set[Path]:
-    index = json.loads((maker.layout / "index.json").read_text())
-    tags = {reference.rsplit("/", 1)[-1].split(":", 1)[0].removeprefix("sweb.eval.") for reference in references}
-    blobs = set()
-    for entry in index["manifests"]:
-        if entry["annotations"]["org.opencontainers.image.ref.name"] in tags:
-            manifest = json.loads((maker.layout / "blobs/sha256" / entry["digest"][7:]).read_text())
-            blobs |= {maker.layout / "blobs/sha256" / layer["digest"][7:] for layer in manifest["layers"]}
-    return blobs
-
-
-def _du(*paths: Path) -> int:
-    if not paths:
-        return 0
-    done = subprocess.run(["du", "-s", "-c", "-B1", *map(str, paths)], capture_output=True, text=True, check=True)
-    return int(done.stdout.strip().splitlines()[-1].split()[0])
 
 
 @contextmanager

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,9 +31,11 @@ from tests.support.registry import (
     ImageMaker,
     Registry,
     busybox_layer,
+    index_of,
     make_layer,
     running_registry,
 )
+from tests.support.swe_images import available, disk_bytes, distinct_blobs, swe_family, unpacked_alone
 from tests.support.token_auth import TokenServer
 
 USERS = {"alice": "wonderland"}
@@ -273,3 +276,58 @@ def test_bearer_token_auth(tmp_path: Path) -> None:
     finally:
         registry.stop()
         tokens.stop()
+
+
+def test_an_index_gives_this_machines_platform(engine: Engine, registry: Registry, tmp_path: Path,
+                                               alice: dict[str, tuple[str, str]]) -> None:
+    maker = ImageMaker(tmp_path)
+    maker.image("for-amd64", [busybox_layer(), make_layer({"arch": "amd64\n"})])
+    maker.image("for-arm64", [busybox_layer(), make_layer({"arch": "arm64\n"})])
+    index_of(maker, "multi", {"arm64": "for-arm64", "amd64": "for-amd64"})
+    reference = registry.push(maker, "multi", "swe/multi", as_tag="1")
+    pulled = engine.images.pull(reference, alice)
+    with engine.create(engine.image_template(pulled)) as box:
+        assert box.exec("cat /arch").stdout == "amd64\n"
+
+
+def test_unheld_layers_go_least_recently_used_first_past_the_budget(registry: Registry, images: dict[str, str],
+                                                                    tmp_path: Path) -> None:
+    creds = {registry.host: ("alice", USERS["alice"])}
+    budgeted = Engine(tmp_path / "data", run_dir=RUN_ROOT / f"test-budget-{os.getpid()}",
+                      registries=RegistrySettings(insecure=frozenset({registry.host})), image_budget=3 * 2**20)
+    try:
+        held = budgeted.images.pull(images["app"], creds)
+        budgeted.build(_template("holds-app", f"docker://{images['app']}"), credentials=creds)  # a template holds it
+        budgeted.images.pull(images["other"], creds)
+        budgeted.images.pull(images["big"], creds)  # past 3 MiB: what nothing holds goes, oldest first
+        kept = {record.digest for record in budgeted.images.images()}
+        assert held.digest in kept and all(budgeted.layers.exists(layer) for layer in held.layers)
+        assert budgeted.images.pull(images["other"], creds).digest not in kept, "the unheld image stayed"
+    finally:
+        teardown_engine(budgeted)
+
+
+@pytest.mark.slow
+def test_a_swe_bench_shaped_family_shares_its_layers(registry: Registry, tmp_path: Path) -> None:
+    """3 environment images on one base and 20 instance images on each, pulled into one store: each distinct layer
+    fetched once and unpacked once, the store's layers no larger than those layers unpacked alone."""
+    if not available():
+        pytest.skip("needs Debian's python3.11 and git")
+    maker = ImageMaker(tmp_path / "made")
+    references = swe_family(maker, registry, 3, 20)
+    proxy = CuttingProxy(registry.host, cuts=0).start()
+    family = Engine(tmp_path / "data", run_dir=RUN_ROOT / f"test-family-{os.getpid()}",
+                    registries=RegistrySettings(insecure=frozenset({proxy.host})))
+    try:
+        for reference in references:
+            family.images.pull(reference.replace(registry.host, proxy.host), {proxy.host: ("alice", USERS["alice"])})
+        layers = {layer for record in family.images.images() for layer in record.layers}
+        assert len(family.images.images()) == 60 and len(layers) == 2 + 3 + 60
+        assert max(Counter(proxy.digests).values()) == 1, "a blob was fetched twice"
+        on_disk = disk_bytes(*(family.layers.path(layer) for layer in layers))
+        alone = unpacked_alone(distinct_blobs(maker, references), tmp_path / "alone")
+        assert on_disk <= 1.1 * alone, f"{on_disk} bytes on disk for {alone} bytes of distinct layers"
+    finally:
+        proxy.stop()
+        teardown_engine(family)
+

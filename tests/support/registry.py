@@ -29,6 +29,7 @@ APPLETS = ("sh", "ls", "cat", "echo", "id", "pwd", "env", "test", "stat", "mkdir
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 
 Files = Mapping[str, "bytes | str | Path | None"]
 """Path in the image -> content (bytes or text), a host file to copy, or None for a directory. A name
@@ -192,14 +193,16 @@ class Registry:
             self.process = None
 
     def push(self, maker: ImageMaker, tag: str, repository: str, *, as_tag: str | None = None) -> str:
-        """Pushes the layout's image `tag` as `repository:as_tag`; returns `HOST/REPO:TAG`."""
+        """Pushes the layout's image (or index, with every image it names) `tag` as `repository:as_tag`; returns
+        `HOST/REPO:TAG`."""
         reference = f"{self.host}/{repository}:{as_tag or tag}"
         creds = []
         if self.users:
             user, password = next(iter(self.users.items()))
             creds = ["--dest-creds", f"{user}:{password}"]
-        subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", *creds, f"oci:{maker.layout}:{tag}",
-                        f"docker://{reference}"], check=True, capture_output=True, env=_skopeo_env(self.root))
+        subprocess.run(["skopeo", "copy", "--all", "--quiet", "--dest-tls-verify=false", *creds,
+                        f"oci:{maker.layout}:{tag}", f"docker://{reference}"], check=True, capture_output=True,
+                       env=_skopeo_env(self.root))
         return reference
 
     def blob_file(self, digest: str) -> Path:
@@ -307,3 +310,15 @@ def _recv(sock: socket.socket) -> bytes:
         return sock.recv(65536)
     except OSError:
         return b""
+
+
+def index_of(maker: ImageMaker, tag: str, platforms: Mapping[str, str]) -> None:
+    """Tags in the layout an index of the images tagged as `platforms` says (architecture -> their tag)."""
+    index = json.loads((maker.layout / "index.json").read_text())
+    by_tag = {m["annotations"]["org.opencontainers.image.ref.name"]: m for m in index["manifests"]}
+    entries = [{"mediaType": OCI_MANIFEST, "digest": by_tag[source]["digest"], "size": by_tag[source]["size"],
+                "platform": {"os": "linux", "architecture": arch}} for arch, source in platforms.items()]
+    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
+    index["manifests"].append({"mediaType": OCI_INDEX, "digest": maker._put(body), "size": len(body),
+                               "annotations": {"org.opencontainers.image.ref.name": tag}})
+    (maker.layout / "index.json").write_text(json.dumps(index))
