@@ -2,11 +2,12 @@
 as rollbox's: `rollbox apply -f` takes a manifest written for agent-sandbox.
 
 What has a rollbox meaning maps: the runtime class (gVisor is `runsc`), the one container's resources, env,
-working directory and user, its image when the node has it as a base (`host`, `debian:<suite>`, an OCI layout or
-archive), and an egress network policy of IP blocks. What rollbox cannot honour is refused with the field named,
-never dropped: a template that silently ran with less isolation, or more network, than it says would be worse
-than one that does not apply. Fields that only concern a pod (probes, ports, scheduling) and the container's
-command (the runtime server, whose API rollbox's exec agent serves itself) are accepted and not used.
+working directory and user, its image (a registry image, pulled as docs/images.md says, or a base the node has:
+`host`, `debian:<suite>`, an OCI layout or archive), and an egress network policy of IP blocks. What rollbox
+cannot honour is refused with the field named, never dropped: a template that silently ran with less isolation,
+or more network, than it says would be worse than one that does not apply. Fields that only concern a pod
+(probes, ports, scheduling) and the container's command (the runtime server, whose API rollbox's exec agent
+serves itself) are accepted and not used.
 """
 
 from __future__ import annotations
@@ -114,10 +115,12 @@ def _container(container: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _base(image: Any, where: str) -> str:
-    if isinstance(image, str) and image.startswith(BASES):
-        return image
-    raise InvalidResource(f"{where}: {image!r}: rollbox pulls no images from a registry; give a base the node has: "
-                          "host, debian:<suite>, oci:<layout dir>[:tag], oci-archive:<file> or docker-archive:<file>")
+    """The container's image as a template's base: a base the node has, or a registry image."""
+    if not isinstance(image, str) or not image.strip():
+        raise InvalidResource(f"{where}: give the container's image: a registry image (HOST/REPO:TAG), or a base "
+                              "the node has: host, debian:<suite>, oci:<layout dir>[:tag], oci-archive:<file> or "
+                              "docker-archive:<file>")
+    return image if image.startswith((*BASES, "docker://")) else f"docker://{image}"
 
 
 def _limits(resources: dict[str, Any], where: str) -> dict[str, Any]:

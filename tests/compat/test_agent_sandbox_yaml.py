@@ -70,6 +70,13 @@ def test_what_maps_maps() -> None:
         "python-pool", 3, "python-runtime-template")
 
 
+def test_a_registry_image_is_the_templates_base() -> None:
+    template = documents()[0]
+    template["spec"]["podTemplate"]["spec"]["containers"][0]["image"] = "registry.example:5000/python:3.12"
+    (parsed,) = load_resources(yaml.safe_dump(template))
+    assert parsed.spec.base == "docker://registry.example:5000/python:3.12"
+
+
 def test_no_policy_and_runc_give_rollbox_defaults() -> None:
     template = documents()[0]
     del template["spec"]["networkPolicy"], template["spec"]["podTemplate"]["spec"]["runtimeClassName"]
@@ -78,7 +85,7 @@ def test_no_policy_and_runc_give_rollbox_defaults() -> None:
 
 
 @pytest.mark.parametrize(("path", "value", "named"), [
-    (["podTemplate", "spec", "containers", 0, "image"], "python:3.12", "containers[0].image"),
+    (["podTemplate", "spec", "containers", 0, "image"], "", "containers[0].image"),
     (["podTemplate", "spec", "runtimeClassName"], "nvidia", "runtimeClassName"),
     (["podTemplate", "spec", "containers", 0, "resources", "limits", "nvidia.com/gpu"], 1, "nvidia.com/gpu"),
     (["podTemplate", "spec", "containers", 0, "env", 0], {"name": "K", "valueFrom": {}}, "env[0]"),
