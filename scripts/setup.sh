@@ -26,7 +26,7 @@ if [ ! -f "$stamp" ]; then
   echo "creating .venv"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev,rl,rl-adapters,ray,browser,compat,otel]'
+  .venv/bin/pip install -q -e '.[dev,rl,rl-adapters,harnesses,ray,browser,compat,otel]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
