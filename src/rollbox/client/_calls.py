@@ -30,6 +30,7 @@ from rollbox.models import (
     FileInfo,
     ForkRequest,
     Health,
+    ModelCallLog,
     SandboxInfo,
     SandboxStats,
     ShutdownAfterRequest,
@@ -142,6 +143,7 @@ _EXEC = _json(TypeAdapter(ExecResult))
 _FILE = _json(TypeAdapter(FileInfo))
 _FILES = _json(TypeAdapter(list[FileInfo]))
 _ARCHIVE = _json(TypeAdapter(ArchiveResult))
+_MODEL_CALLS = _json(TypeAdapter(ModelCallLog))
 
 
 def _dump(body: BaseModel) -> str:
@@ -329,6 +331,10 @@ def set_shutdown_after(sandbox_id: str, seconds: float) -> Call[SandboxInfo]:
 
 def stats(sandbox_id: str) -> Call[SandboxStats]:
     return _get(_sandbox(sandbox_id, "/stats"), _STATS)
+
+
+def model_calls(sandbox_id: str, offset: int) -> Call[ModelCallLog]:
+    return _get(_sandbox(sandbox_id, "/model_calls"), _MODEL_CALLS, {"offset": str(offset)})
 
 
 def exec_command(sandbox_id: str, command: Command, *, on_stdout: OutputCallback | None = None,

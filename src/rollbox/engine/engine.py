@@ -9,8 +9,10 @@ adopts what runs and removes what nobody knows (`recovery`). Starting and stoppi
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -18,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from rollbox.engine import accounting, accounts, mounts, recovery, volumes
+from rollbox.engine import accounting, accounts, mounts, netns, recovery, volumes
 from rollbox.engine.agent import agent_binary, compat_library
 from rollbox.engine.agent_client import AgentRequest, OutputCallback
 from rollbox.engine.builder import Builder, Progress
@@ -213,6 +215,21 @@ class Engine:
     def stopped(self, container_id: str) -> bool:
         """See `Launcher.stopped`."""
         return self.launcher.stopped(self._record(container_id))
+
+    def listen(self, container_id: str, host: str, port: int) -> socket.socket:
+        """A socket of this process listening on (host, port) inside the container's network (`netns.py`)."""
+        record = self._record(container_id)
+        if not self.runtime(record.runtime).joins_netns:
+            raise InvalidRequest(f"runtime {record.runtime} keeps the sandbox's network inside its own kernel, where "
+                                 "no address of the host's can be put: use a runc template for this")
+        pidfd = self.exit_fd(container_id)
+        if pidfd is None:
+            raise RuntimeUnavailable(f"runtime {record.runtime} does not say which process is container "
+                                     f"{container_id}'s init")
+        try:
+            return netns.listen_in(pidfd, host, port)
+        finally:
+            os.close(pidfd)
 
     def get(self, container_id: str) -> Container:
         self._record(container_id)

@@ -38,6 +38,7 @@ from rollbox.models import (
     ClaimRequest,
     ExecRequest,
     ExecResult,
+    ModelCallLog,
     SandboxInfo,
     SandboxStats,
     SnapshotInfo,
@@ -51,6 +52,7 @@ from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim, as_sandbox, environment, gone
 from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
+from rollbox.node.gateway import Gateway
 from rollbox.node.processes import ProcessOperations
 from rollbox.node.recovery import recover
 from rollbox.node.resources import Resources
@@ -89,6 +91,7 @@ class LocalNode(ProcessOperations):
         self._writer = ClaimWriter(self.store)
         self.costs = CostMeters(engine, self._busy, self._warm, self.closed)
         self.node_volumes = NodeVolumes(engine)
+        self.gateway = Gateway(engine)
         recover(self)
         self.node_volumes.adopt(self.claimed.values())
         for recovered in list(self.claimed.values()):  # accounted from now: what they used before is unknown
@@ -142,18 +145,24 @@ class LocalNode(ProcessOperations):
             container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot,
                                                             self.node_volumes.engine_mounts(tenant, volumes))
             try:
+                env = request.env or {}
+                gateway = request.model_gateway or self.engine.template(
+                    template or self.engine.info(container_id).template).spec.model_gateway
+                if gateway is not None:
+                    env = {**env, **await self.gateway.open(sandbox_id, container_id, gateway)}
                 now = time.time()
                 claim = Claim(
                     sandbox_id=sandbox_id, tenant=tenant, container_id=container_id, created_at=now,
                     template=template or self.engine.info(container_id).template, warmpool=request.warmpool,
                     snapshot=request.snapshot, shutdown_after=request.shutdown_after,
                     expires_at=now + request.shutdown_after if request.shutdown_after else None,
-                    idle_pause_after=request.idle_pause_after, env=request.env or {}, labels=request.labels or {},
+                    idle_pause_after=request.idle_pause_after, env=env, labels=request.labels or {},
                     last_used=time.monotonic(), volumes=volumes,
                     memory=snapshot is not None and self.engine.carries_memory(container_id),
                 )
                 await self._writer.put(claim)
             except BaseException:
+                self.gateway.close(sandbox_id)
                 self.deletions.discard([container_id])
                 raise
         except BaseException:
@@ -226,6 +235,7 @@ class LocalNode(ProcessOperations):
         self.capacity.give_quota(claim.tenant, 1)
         self.costs.close(claim.sandbox_id, claim.tenant)
         self.node_volumes.release(claim.sandbox_id)
+        self.gateway.close(claim.sandbox_id)
         return True
 
     def _busy(self, sandbox_id: str) -> bool:
@@ -313,10 +323,12 @@ class LocalNode(ProcessOperations):
                 self._thaw(claim)
                 self.engine.reset(claim.container_id)
                 self.store.put_claims([claim])
+                self.gateway.move(claim.sandbox_id, claim.container_id)
                 return claim.info()
             self.costs.switch(claim.sandbox_id, container_id)
             old, claim.container_id, claim.paused = claim.container_id, container_id, None
             self.store.put_claims([claim], released=[old])
+            self.gateway.move(claim.sandbox_id, container_id)
         self.deletions.later(old)
         return claim.info()
 
@@ -369,6 +381,10 @@ class LocalNode(ProcessOperations):
         claim.shutdown_after, claim.expires_at = seconds, time.time() + seconds
         await self._writer.put(claim)
         return claim.info()
+
+    async def model_calls(self, tenant: str, sandbox_id: str, offset: int = 0) -> ModelCallLog:
+        self._get(tenant, sandbox_id)
+        return self.gateway.log(sandbox_id, offset)
 
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         claim = self._get(tenant, sandbox_id)
@@ -477,6 +493,7 @@ class LocalNode(ProcessOperations):
     def close(self) -> None:
         """Stops background work and waits for it. Containers and claims stay for the next node."""
         self.closed.set()
+        self.gateway.shutdown()
         self._sweeper.join()
         self.costs.join()
         self.resources.close()

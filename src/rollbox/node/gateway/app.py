@@ -1,0 +1,157 @@
+"""The OpenAI-compatible API a sandbox's agent calls: checked against the sandbox's key and budgets, forwarded to
+the claim's upstream, and recorded (`records.py`). Answers, errors included, are shaped as OpenAI's are, so that
+an agent's SDK reports them as it would any API error.
+
+The sandbox is the one whose socket the connection came in on (`request.state.sandbox`, set per socket by
+`gateway.py`); the key only has to match it. The upstream's own key, if the claim gave one, is added here.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from rollbox.models import ModelCall
+from rollbox.node.gateway.records import StreamRecord, note_answer, tokens_used
+from rollbox.node.gateway.session import Session
+
+MAX_BODY = 32 << 20
+"""Bytes of a request body: a conversation with long tool outputs fits, a flood does not."""
+POSTED = ("chat/completions", "completions", "responses")
+
+
+def gateway_app(find: Callable[[str], Session | None], client: Callable[[], httpx.AsyncClient]) -> Starlette:
+    async def call(request: Request) -> Response:
+        session = find(request.state.sandbox)
+        if session is None or not session.open:
+            return _error(401, "this sandbox's model gateway is closed", "invalid_api_key")
+        if not _authorized(request, session.key):
+            return _error(401, "wrong API key: use this sandbox's OPENAI_API_KEY", "invalid_api_key")
+        endpoint = request.url.path.removeprefix("/v1/")
+        payload: dict[str, Any] | None = None
+        if request.method == "POST":
+            payload = await _payload(request)
+            if payload is None:
+                return _error(400, "the body must be a JSON object of at most 32 MiB", "invalid_request_error")
+            if session.config.model:
+                payload["model"] = session.config.model
+        stream = bool(payload and payload.get("stream"))
+        if stream and endpoint == "chat/completions":  # budgets count tokens: have the stream's last chunk say
+            payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}  # type: ignore[index]
+        record = ModelCall(index=len(session.calls), endpoint=endpoint, stream=stream, started_at=time.time(),
+                           request=payload)
+        refusal = session.refusal()
+        session.calls.append(record)
+        if refusal:
+            record.status, record.error = 429, refusal
+            return _error(429, refusal, "budget_exceeded")
+        upstream = client().build_request(
+            request.method, f"{session.config.upstream.rstrip('/')}/{endpoint}", headers=_headers(session),
+            content=json.dumps(payload).encode() if payload is not None else None, timeout=_timeout(session))
+        try:
+            answer = await client().send(upstream, stream=stream)
+        except httpx.HTTPError as error:
+            return _failed(record, error)
+        record.status = answer.status_code
+        if stream and answer.status_code == 200:
+            return StreamingResponse(_relay(answer, record, session), status_code=200,
+                                     media_type=answer.headers.get("content-type", "text/event-stream"))
+        body = await answer.aread()
+        await answer.aclose()
+        _note(record, body, session)
+        return Response(body, status_code=answer.status_code, media_type=answer.headers.get("content-type"))
+
+    async def unknown(request: Request) -> Response:
+        return _error(404, f"{request.method} {request.url.path} is not an endpoint of the model gateway: it "
+                           "serves /v1/chat/completions, /v1/completions, /v1/responses and /v1/models", "not_found")
+
+    routes = [Route(f"/v1/{path}", call, methods=["POST"]) for path in POSTED]
+    routes += [Route("/v1/models", call, methods=["GET"]), Route("/{path:path}", unknown, methods=["GET", "POST"])]
+    return Starlette(routes=routes)
+
+
+async def _relay(answer: httpx.Response, record: ModelCall, session: Session) -> AsyncIterator[bytes]:
+    """Passes a stream through as it comes, recording it; a budget of seconds spent midway cuts it there."""
+    stream = StreamRecord(record)
+    limit = session.config.max_seconds
+    try:
+        async for chunk in answer.aiter_raw():
+            stream.feed(chunk)
+            yield chunk
+            if limit is not None and session.seconds() > limit:
+                record.error = f"cut: the episode's budget of {limit:g} seconds ran out during the answer"
+                break
+    except httpx.HTTPError as error:
+        record.error = f"the upstream's stream failed: {error!r}"
+    finally:
+        await answer.aclose()
+        stream.finish()
+        record.duration_ms = (time.time() - record.started_at) * 1000
+        session.tokens += tokens_used(record)
+
+
+def _note(record: ModelCall, body: bytes, session: Session) -> None:
+    record.duration_ms = (time.time() - record.started_at) * 1000
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        record.error = f"the upstream answered {len(body)} bytes that are not JSON"
+        return
+    if isinstance(answer, dict):
+        note_answer(record, answer)
+        session.tokens += tokens_used(record)
+
+
+def _failed(record: ModelCall, error: httpx.HTTPError) -> Response:
+    timed_out = isinstance(error, httpx.TimeoutException)
+    record.status = 504 if timed_out else 502
+    record.error = f"the upstream {'took too long' if timed_out else 'failed'}: {error!r}"
+    record.duration_ms = (time.time() - record.started_at) * 1000
+    return _error(record.status, record.error, "upstream_error")
+
+
+async def _payload(request: Request) -> dict[str, Any] | None:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            return None
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _authorized(request: Request, key: str) -> bool:
+    given = request.headers.get("authorization", "").removeprefix("Bearer ").strip() or request.headers.get(
+        "api-key", "")
+    return hmac.compare_digest(given.encode(), key.encode())
+
+
+def _headers(session: Session) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    if session.config.api_key:
+        headers["authorization"] = f"Bearer {session.config.api_key}"
+    return headers
+
+
+def _timeout(session: Session) -> httpx.Timeout:
+    """The seconds left of the budget, if it has one, bound the whole call."""
+    limit = session.config.max_seconds
+    left = 600.0 if limit is None else max(limit - session.seconds(), 0.001)
+    return httpx.Timeout(left, connect=min(left, 10.0))
+
+
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": code, "code": code, "param": None}},
+                        status_code=status)
