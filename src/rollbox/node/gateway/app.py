@@ -30,13 +30,20 @@ POSTED = ("chat/completions", "completions", "responses")
 
 
 def gateway_app(find: Callable[[str], Session | None], client: Callable[[], httpx.AsyncClient]) -> Starlette:
-    async def call(request: Request) -> Response:
+    def route(endpoint: str, method: str) -> Route:
+        """The route of one endpoint: what is forwarded is named by the route, never read off the request's path."""
+
+        async def forward(request: Request) -> Response:
+            return await call(request, endpoint)
+
+        return Route(f"/v1/{endpoint}", forward, methods=[method])
+
+    async def call(request: Request, endpoint: str) -> Response:
         session = find(request.state.sandbox)
         if session is None or not session.open:
             return _error(401, "this sandbox's model gateway is closed", "invalid_api_key")
         if not _authorized(request, session.key):
             return _error(401, "wrong API key: use this sandbox's OPENAI_API_KEY", "invalid_api_key")
-        endpoint = request.url.path.removeprefix("/v1/")
         payload: dict[str, Any] | None = None
         if request.method == "POST":
             payload = await _payload(request)
@@ -74,8 +81,8 @@ def gateway_app(find: Callable[[str], Session | None], client: Callable[[], http
         return _error(404, f"{request.method} {request.url.path} is not an endpoint of the model gateway: it "
                            "serves /v1/chat/completions, /v1/completions, /v1/responses and /v1/models", "not_found")
 
-    routes = [Route(f"/v1/{path}", call, methods=["POST"]) for path in POSTED]
-    routes += [Route("/v1/models", call, methods=["GET"]), Route("/{path:path}", unknown, methods=["GET", "POST"])]
+    routes = [*(route(endpoint, "POST") for endpoint in POSTED), route("models", "GET"),
+              Route("/{path:path}", unknown, methods=["GET", "POST"])]
     return Starlette(routes=routes)
 
 
