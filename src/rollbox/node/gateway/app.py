@@ -45,15 +45,15 @@ def gateway_app(find: Callable[[str], Session | None], client: Callable[[], http
         if not _authorized(request, session.key):
             return _error(401, "wrong API key: use this sandbox's OPENAI_API_KEY", "invalid_api_key")
         payload: dict[str, Any] | None = None
+        content: bytes | None = None
         if request.method == "POST":
-            payload = await _payload(request)
+            content = await _body(request)
+            payload = _object(content)
             if payload is None:
                 return _error(400, "the body must be a JSON object of at most 32 MiB", "invalid_request_error")
-            if session.config.model:
-                payload["model"] = session.config.model
         stream = bool(payload and payload.get("stream"))
-        if stream and endpoint == "chat/completions":  # budgets count tokens: have the stream's last chunk say
-            payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}  # type: ignore[index]
+        if payload is not None and _amend(payload, session, stream and endpoint == "chat/completions"):
+            content = json.dumps(payload).encode()
         record = ModelCall(index=len(session.calls), endpoint=endpoint, stream=stream, started_at=time.time(),
                            request=payload)
         refusal = session.refusal()
@@ -63,7 +63,7 @@ def gateway_app(find: Callable[[str], Session | None], client: Callable[[], http
             return _error(429, refusal, "budget_exceeded")
         upstream = client().build_request(
             request.method, f"{session.config.upstream.rstrip('/')}/{endpoint}", headers=_headers(session),
-            content=json.dumps(payload).encode() if payload is not None else None, timeout=_timeout(session))
+            content=content, timeout=_timeout(session))
         try:
             answer = await client().send(upstream, stream=stream)
         except httpx.HTTPError as error:
@@ -126,17 +126,35 @@ def _failed(record: ModelCall, error: httpx.HTTPError) -> Response:
     return _error(record.status, record.error, "upstream_error")
 
 
-async def _payload(request: Request) -> dict[str, Any] | None:
+async def _body(request: Request) -> bytes | None:
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_BODY:
             return None
+    return body
+
+
+def _object(body: bytes | None) -> dict[str, Any] | None:
     try:
-        payload = json.loads(body)
+        payload = json.loads(body) if body is not None else None
     except ValueError:
         return None
     return payload if isinstance(payload, dict) else None
+
+
+def _amend(payload: dict[str, Any], session: Session, wants_usage: bool) -> bool:
+    """Puts in the claim's model, and asks a chat stream to end with its usage (budgets count tokens); whether
+    the body changed (else it is forwarded as it came)."""
+    changed = False
+    if session.config.model and payload.get("model") != session.config.model:
+        payload["model"] = session.config.model
+        changed = True
+    options = payload.get("stream_options")
+    if wants_usage and not (isinstance(options, dict) and options.get("include_usage")):
+        payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+        changed = True
+    return changed
 
 
 def _authorized(request: Request, key: str) -> bool:
