@@ -4,6 +4,7 @@ an agent's SDK reports them as it would any API error.
 
 The sandbox is the one whose socket the connection came in on (`request.state.sandbox`, set per socket by
 `gateway.py`); the key only has to match it. The upstream's own key, if the claim gave one, is added here.
+Calls go on with aiohttp's client: it costs the gateway a third of httpx's CPU per call (docs/gateway.md).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
+import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -29,7 +30,7 @@ MAX_BODY = 32 << 20
 POSTED = ("chat/completions", "completions", "responses")
 
 
-def gateway_app(find: Callable[[str], Session | None], client: Callable[[], httpx.AsyncClient]) -> Starlette:
+def gateway_app(find: Callable[[str], Session | None], client: Callable[[], aiohttp.ClientSession]) -> Starlette:
     def route(endpoint: str, method: str) -> Route:
         """The route of one endpoint: what is forwarded is named by the route, never read off the request's path."""
 
@@ -61,21 +62,21 @@ def gateway_app(find: Callable[[str], Session | None], client: Callable[[], http
         if refusal:
             record.status, record.error = 429, refusal
             return _error(429, refusal, "budget_exceeded")
-        upstream = client().build_request(
-            request.method, f"{session.config.upstream.rstrip('/')}/{endpoint}", headers=_headers(session),
-            content=content, timeout=_timeout(session))
+        url = f"{session.config.upstream.rstrip('/')}/{endpoint}"
         try:
-            answer = await client().send(upstream, stream=stream)
-        except httpx.HTTPError as error:
+            answer = await client().request(request.method, url, data=content, headers=_headers(session),
+                                            timeout=_timeout(session))
+            if stream and answer.status == 200:
+                record.status = 200
+                return StreamingResponse(_relay(answer, record, session), status_code=200,
+                                         media_type=answer.headers.get("content-type", "text/event-stream"))
+            async with answer:
+                body = await answer.read()
+        except (TimeoutError, aiohttp.ClientError) as error:
             return _failed(record, error)
-        record.status = answer.status_code
-        if stream and answer.status_code == 200:
-            return StreamingResponse(_relay(answer, record, session), status_code=200,
-                                     media_type=answer.headers.get("content-type", "text/event-stream"))
-        body = await answer.aread()
-        await answer.aclose()
+        record.status = answer.status
         _note(record, body, session)
-        return Response(body, status_code=answer.status_code, media_type=answer.headers.get("content-type"))
+        return Response(body, status_code=answer.status, media_type=answer.headers.get("content-type"))
 
     async def unknown(request: Request) -> Response:
         return _error(404, f"{request.method} {request.url.path} is not an endpoint of the model gateway: it "
@@ -86,21 +87,21 @@ def gateway_app(find: Callable[[str], Session | None], client: Callable[[], http
     return Starlette(routes=routes)
 
 
-async def _relay(answer: httpx.Response, record: ModelCall, session: Session) -> AsyncIterator[bytes]:
+async def _relay(answer: aiohttp.ClientResponse, record: ModelCall, session: Session) -> AsyncIterator[bytes]:
     """Passes a stream through as it comes, recording it; a budget of seconds spent midway cuts it there."""
     stream = StreamRecord(record)
     limit = session.config.max_seconds
     try:
-        async for chunk in answer.aiter_raw():
+        async for chunk in answer.content.iter_any():
             stream.feed(chunk)
             yield chunk
             if limit is not None and session.seconds() > limit:
                 record.error = f"cut: the episode's budget of {limit:g} seconds ran out during the answer"
                 break
-    except httpx.HTTPError as error:
+    except (TimeoutError, aiohttp.ClientError) as error:
         record.error = f"the upstream's stream failed: {error!r}"
     finally:
-        await answer.aclose()
+        answer.release()
         stream.finish()
         record.duration_ms = (time.time() - record.started_at) * 1000
         session.tokens += tokens_used(record)
@@ -118,8 +119,8 @@ def _note(record: ModelCall, body: bytes, session: Session) -> None:
         session.tokens += tokens_used(record)
 
 
-def _failed(record: ModelCall, error: httpx.HTTPError) -> Response:
-    timed_out = isinstance(error, httpx.TimeoutException)
+def _failed(record: ModelCall, error: Exception) -> Response:
+    timed_out = isinstance(error, TimeoutError)
     record.status = 504 if timed_out else 502
     record.error = f"the upstream {'took too long' if timed_out else 'failed'}: {error!r}"
     record.duration_ms = (time.time() - record.started_at) * 1000
@@ -170,11 +171,11 @@ def _headers(session: Session) -> dict[str, str]:
     return headers
 
 
-def _timeout(session: Session) -> httpx.Timeout:
+def _timeout(session: Session) -> aiohttp.ClientTimeout:
     """The seconds left of the budget, if it has one, bound the whole call."""
     limit = session.config.max_seconds
     left = 600.0 if limit is None else max(limit - session.seconds(), 0.001)
-    return httpx.Timeout(left, connect=min(left, 10.0))
+    return aiohttp.ClientTimeout(total=left, connect=min(left, 10.0))
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:

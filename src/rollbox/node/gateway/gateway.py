@@ -14,7 +14,7 @@ import secrets
 import threading
 from typing import TYPE_CHECKING
 
-import httpx
+import aiohttp
 import uvicorn
 from anyio import to_thread
 from uvicorn.server import ServerState
@@ -43,13 +43,13 @@ class Gateway:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
         app = gateway_app(self.session, lambda: self.client)
         self._config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, http="httptools")
         self._config.load()
 
     @property
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> aiohttp.ClientSession:
         """Calls to the upstreams, pooled (made on the event loop at the first open)."""
         assert self._client is not None
         return self._client
@@ -61,8 +61,8 @@ class Gateway:
         """Starts the sandbox's gateway; the environment that points its processes at it."""
         self._loop = asyncio.get_running_loop()
         if self._client is None:
-            self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
-                                             timeout=httpx.Timeout(600.0, connect=10.0))
+            self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0),
+                                                 timeout=aiohttp.ClientTimeout(total=600.0, connect=10.0))
         session = Session(sandbox_id, "rbx-" + secrets.token_urlsafe(32), config)
         await self._serve(session, container_id)
         with self._lock:
@@ -116,7 +116,7 @@ class Gateway:
         for sandbox_id in list(self._sessions):
             self.close(sandbox_id)
         if self._client is not None and self._loop is not None and not self._loop.is_closed():
-            asyncio.run_coroutine_threadsafe(self._client.aclose(), self._loop)
+            asyncio.run_coroutine_threadsafe(self._client.close(), self._loop)
 
 
 def _stop(session: Session) -> None:
