@@ -15,14 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import socket
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import uvicorn
 from policy import policy_app
 from rich.console import Console
 from rich.table import Table
@@ -32,6 +29,7 @@ from rollbox.rl.inside import InsideAgent, run_inside
 from rollbox.rl.tasks import Task, load_tasks
 from rollbox.rl.trajectory import Trajectory, TrajectoryLog
 from rollbox.server.local import LocalServer
+from rollbox.server.threaded import ThreadServer
 from rollbox.spec import ModelGateway
 
 HERE = Path(__file__).resolve().parent
@@ -43,18 +41,8 @@ AT_ONCE = 8
 @contextlib.contextmanager
 def serving_policy(tasks: list[Task]) -> Iterator[str]:
     """The policy on 127.0.0.1 (a free port), in a thread; yields its base URL."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(policy_app(tasks), log_level="warning", access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with ThreadServer(policy_app(tasks), tcp=True) as server:
+        yield f"{server.url}/v1"
 
 
 @contextlib.contextmanager

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rollbox import SandboxClient, errors
-from tests.support.openai_server import ScriptedModel, serving
-from tests.support.servers import rl_server
+from rollbox import errors
+from tests.support.openai_server import Scripted
 
 PROBE = r'''
 import json, os, socket, sys, urllib.error, urllib.request
@@ -48,23 +46,6 @@ print(json.dumps(out))
 '''
 
 
-@pytest.fixture(scope="module")
-def model() -> ScriptedModel:
-    return ScriptedModel()
-
-
-@pytest.fixture(scope="module")
-def upstream(model: ScriptedModel) -> Iterator[str]:
-    with serving(model) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxClient]:
-    with rl_server(tmp_path_factory.mktemp("gateway-attacks")) as url, SandboxClient(url) as client:
-        yield client
-
-
 def probe(sandbox: object, targets: list[tuple[str, int]], asks: dict[str, tuple[str, str, str]]) -> dict:
     result = sandbox.commands.run(["python3", "-c", PROBE, json.dumps(targets), json.dumps(asks)],  # type: ignore[attr-defined]
                                   timeout=120)
@@ -76,7 +57,9 @@ def key_of(sandbox: object) -> str:
     return sandbox.commands.run("printf %s $OPENAI_API_KEY").stdout  # type: ignore[attr-defined]
 
 
-def test_nothing_past_the_gateway(client: SandboxClient, model: ScriptedModel, upstream: str) -> None:
+def test_nothing_past_the_gateway(scripted: Scripted) -> None:
+    client, upstream = scripted.client, scripted.upstream
+    model = scripted.model
     upstream_port = int(upstream.rsplit(":", 1)[1].split("/")[0])
     with client.create_sandbox(template="rl-python", warmpool="rl-python",
                                model_gateway={"upstream": upstream}) as sandbox:
@@ -99,7 +82,8 @@ def test_nothing_past_the_gateway(client: SandboxClient, model: ScriptedModel, u
     assert all("authorization" not in headers for headers in model.headers)
 
 
-def test_without_a_gateway_nothing_answers(client: SandboxClient) -> None:
+def test_without_a_gateway_nothing_answers(scripted: Scripted) -> None:
+    client = scripted.client
     with client.create_sandbox(template="rl-python", warmpool="rl-python") as sandbox:
         found = probe(sandbox, [("127.0.0.1", 80)], {"chat": ("POST", "/v1/chat/completions", "rbx-anything")})
         assert sandbox.commands.run("printenv OPENAI_API_KEY").exit_code == 1
@@ -107,7 +91,8 @@ def test_without_a_gateway_nothing_answers(client: SandboxClient) -> None:
     assert found["asks"]["chat"] == "URLError"
 
 
-def test_keys_open_only_their_own_sandbox(client: SandboxClient, upstream: str) -> None:
+def test_keys_open_only_their_own_sandbox(scripted: Scripted) -> None:
+    client, upstream = scripted.client, scripted.upstream
     gateway = {"upstream": upstream}
     first = client.create_sandbox(template="rl-python", warmpool="rl-python", model_gateway=gateway)
     with client.create_sandbox(template="rl-python", warmpool="rl-python", model_gateway=gateway) as second:
@@ -125,7 +110,8 @@ def test_keys_open_only_their_own_sandbox(client: SandboxClient, upstream: str) 
         assert second.model_calls().count == 1  # refused calls with a wrong key are not the agent's: not recorded
 
 
-def test_flood_is_refused_whole(client: SandboxClient, upstream: str) -> None:
+def test_flood_is_refused_whole(scripted: Scripted) -> None:
+    client, upstream = scripted.client, scripted.upstream
     flood = ("import os, urllib.request, urllib.error\n"
              "r = urllib.request.Request('http://127.0.0.1/v1/chat/completions', data=b'{' + b' ' * (33 << 20),"
              " headers={'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY']})\n"
@@ -138,7 +124,8 @@ def test_flood_is_refused_whole(client: SandboxClient, upstream: str) -> None:
 
 
 @pytest.mark.runsc
-def test_gvisor_is_refused_clearly(client: SandboxClient, upstream: str, tmp_path: Path) -> None:
+def test_gvisor_is_refused_clearly(scripted: Scripted, tmp_path: Path) -> None:
+    client, upstream = scripted.client, scripted.upstream
     """gVisor's sandboxes keep their network in gVisor's own kernel: the claim is refused, not half served."""
     if shutil.which("runsc") is None:
         pytest.skip("runsc is not installed")

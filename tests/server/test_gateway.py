@@ -6,14 +6,12 @@ log-probabilities, budgets, a template's default gateway, reset and delete."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rollbox import SandboxClient, errors
-from tests.support.openai_server import ScriptedModel, serving
-from tests.support.servers import rl_server
+from rollbox import errors
+from tests.support.openai_server import Scripted
 
 CALL = r'''
 import json, os, sys, urllib.error, urllib.request
@@ -43,24 +41,9 @@ def chat(content: str, **options: object) -> dict:
     return {"model": "agent-asks-for-this", "messages": [{"role": "user", "content": content}], **options}
 
 
-@pytest.fixture(scope="module")
-def model() -> ScriptedModel:
-    return ScriptedModel()
-
-
-@pytest.fixture(scope="module")
-def upstream(model: ScriptedModel) -> Iterator[str]:
-    with serving(model) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxClient]:
-    with rl_server(tmp_path_factory.mktemp("gateway")) as url, SandboxClient(url) as client:
-        yield client
-
-
-def test_calls_are_forwarded_and_recorded(client: SandboxClient, model: ScriptedModel, upstream: str) -> None:
+def test_calls_are_forwarded_and_recorded(scripted: Scripted) -> None:
+    client, upstream = scripted.client, scripted.upstream
+    model = scripted.model
     gateway = {"upstream": upstream, "api_key": "upstream-secret", "model": "policy"}
     with client.create_sandbox(template="rl-python", warmpool="rl-python", model_gateway=gateway) as sandbox:
         env = sandbox.commands.run("echo $OPENAI_BASE_URL; env").stdout
@@ -120,7 +103,8 @@ def test_calls_are_forwarded_and_recorded(client: SandboxClient, model: Scripted
         client.get_sandbox(sandbox_id).model_calls()
 
 
-def test_budgets(client: SandboxClient, upstream: str) -> None:
+def test_budgets(scripted: Scripted) -> None:
+    client, upstream = scripted.client, scripted.upstream
     with client.create_sandbox(template="rl-python", warmpool="rl-python",
                                model_gateway={"upstream": upstream, "max_requests": 2}) as sandbox:
         assert [call(sandbox, "/chat/completions", chat("x"))[0] for _ in range(3)] == [200, 200, 429]
@@ -138,7 +122,8 @@ def test_budgets(client: SandboxClient, upstream: str) -> None:
         assert status == 429 and "seconds" in text
 
 
-def test_template_gives_the_default(client: SandboxClient, upstream: str, tmp_path: Path) -> None:
+def test_template_gives_the_default(scripted: Scripted, tmp_path: Path) -> None:
+    client, upstream = scripted.client, scripted.upstream
     template = tmp_path / "agent.yaml"
     template.write_text(f"""\
 apiVersion: rollbox.dev/v1alpha1

@@ -11,17 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from rollbox.client import SandboxClient
+from rollbox.server.threaded import ThreadServer
+from tests.support.servers import rl_server
 
 
 class ScriptedModel:
@@ -151,18 +155,21 @@ def _sse(event: dict[str, Any]) -> bytes:
 @contextlib.contextmanager
 def serving(model: ScriptedModel) -> Iterator[str]:
     """Serves the model on 127.0.0.1 (a free port) in a thread; yields its base URL (`http://127.0.0.1:N/v1`)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(model.app(), log_level="warning", access_log=False, lifespan="off",
-                                           backlog=1024, limit_concurrency=4096))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        listener.close()
+    with ThreadServer(model.app(), tcp=True) as server:
+        yield f"{server.url}/v1"
+
+
+@dataclass
+class Scripted:
+    """A scripted upstream, and a real server (`rl-python` applied) whose sandboxes reach it through gateways."""
+
+    model: ScriptedModel
+    upstream: str
+    client: SandboxClient
+
+
+@contextlib.contextmanager
+def scripted_gateway(data_dir: Path) -> Iterator[Scripted]:
+    model = ScriptedModel()
+    with serving(model) as upstream, rl_server(data_dir) as url, SandboxClient(url) as client:
+        yield Scripted(model, upstream, client)
