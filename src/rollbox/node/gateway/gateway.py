@@ -19,7 +19,7 @@ import uvicorn
 from anyio import to_thread
 from uvicorn.server import ServerState
 
-from rollbox.errors import InvalidRequest, SandboxNotFound
+from rollbox.errors import InvalidRequest, NotFound
 from rollbox.models import ModelCallLog
 from rollbox.node.gateway.app import gateway_app
 from rollbox.node.gateway.session import Session
@@ -107,7 +107,7 @@ class Gateway:
             raise InvalidRequest(f"offset {offset} is negative: give the number of calls already read")
         session = self._sessions.get(sandbox_id)
         if session is None:
-            raise SandboxNotFound(f"sandbox {sandbox_id} has no model gateway: claim it with model_gateway")
+            raise NotFound(f"sandbox {sandbox_id} has no model gateway: claim it with model_gateway")
         return ModelCallLog(calls=session.calls[offset:], count=len(session.calls), tokens=session.tokens,
                             seconds=session.seconds(), open=session.open)
 
