@@ -102,6 +102,7 @@ class LocalNode(ProcessOperations):
 
     async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
         self.node_volumes.forget_templates()
+        self.gateway.forget_templates()
         return await self.resources.apply(resource, progress)
 
     async def templates(self) -> list[TemplateInfo]:
@@ -113,6 +114,7 @@ class LocalNode(ProcessOperations):
     async def delete_template(self, name: str) -> None:
         await self.resources.delete_template(name)
         self.node_volumes.forget_templates()
+        self.gateway.forget_templates()
 
     async def warmpools(self) -> list[WarmPoolInfo]:
         return await self.resources.warmpools()
@@ -146,8 +148,8 @@ class LocalNode(ProcessOperations):
                                                             self.node_volumes.engine_mounts(tenant, volumes))
             try:
                 env = request.env or {}
-                gateway = request.model_gateway or self.engine.template(
-                    template or self.engine.info(container_id).template).spec.model_gateway
+                gateway = self.gateway.config_for(request.model_gateway,
+                                                  template or self.engine.info(container_id).template)
                 if gateway is not None:
                     env = {**env, **await self.gateway.open(sandbox_id, container_id, gateway)}
                 now = time.time()

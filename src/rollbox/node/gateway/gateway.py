@@ -19,7 +19,7 @@ import uvicorn
 from anyio import to_thread
 from uvicorn.server import ServerState
 
-from rollbox.errors import InvalidRequest, NotFound
+from rollbox.errors import InvalidRequest, NotFound, TemplateNotFound
 from rollbox.models import ModelCallLog
 from rollbox.node.gateway.app import gateway_app
 from rollbox.node.gateway.session import Session
@@ -41,6 +41,8 @@ class Gateway:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._sessions: dict[str, Session] = {}
+        self._defaults: dict[str, ModelGateway | None] = {}
+        """Each template's `modelGateway`, read once (until a template is applied or deleted)."""
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: aiohttp.ClientSession | None = None
@@ -56,6 +58,21 @@ class Gateway:
 
     def session(self, sandbox_id: str) -> Session | None:
         return self._sessions.get(sandbox_id)
+
+    def config_for(self, asked: ModelGateway | None, template: str) -> ModelGateway | None:
+        """A claim's gateway: its own, else its template's default, else none."""
+        if asked is not None:
+            return asked
+        if template not in self._defaults:
+            try:
+                self._defaults[template] = self.engine.template(template).spec.model_gateway
+            except TemplateNotFound:  # deleted while its warm sandboxes wait: they were made without one
+                return None
+        return self._defaults[template]
+
+    def forget_templates(self) -> None:
+        """A template was applied or deleted: read the defaults again."""
+        self._defaults.clear()
 
     async def open(self, sandbox_id: str, container_id: str, config: ModelGateway) -> dict[str, str]:
         """Starts the sandbox's gateway; the environment that points its processes at it."""
