@@ -122,7 +122,8 @@ class RollboxDeployment(AbstractDeployment):
         self._runtime = self._client = None
         if runtime is not None:
             await runtime.close()
-            await runtime.sandbox.__aexit__()
+            with contextlib.suppress(errors.SandboxNotFound):  # deleted already, or expired
+                await runtime.sandbox.delete()
         if client is not None:
             await client.close()
 
