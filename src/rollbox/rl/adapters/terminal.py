@@ -80,18 +80,20 @@ class Terminal:
         compiled = [re.compile(pattern) for pattern in patterns]
         try:
             async with asyncio.timeout(timeout):
-                while True:
-                    found = [match for pattern in compiled if (match := pattern.search(self._unread))]
-                    if found:
-                        match = min(found, key=lambda each: each.start())
-                        self._unread = self._unread[match.end():]
-                        return match
-                    await self._read_more()
+                match = self._search(compiled)
+                while match is None:
+                    match = await self._read_until(compiled)
         except TimeoutError:
             raise TimeoutError(f"none of {patterns} came within {timeout} seconds") from None
+        self._unread = self._unread[match.end():]
+        return match
 
-    async def _read_more(self) -> None:
-        """Waits for the next output (or the shell's end) from where the last read stopped."""
+    def _search(self, compiled: list[re.Pattern[str]]) -> re.Match[str] | None:
+        found = [match for pattern in compiled if (match := pattern.search(self._unread))]
+        return min(found, key=lambda match: match.start()) if found else None
+
+    async def _read_until(self, compiled: list[re.Pattern[str]]) -> re.Match[str] | None:
+        """Follows the output from where the last read stopped until a pattern matches (or the stream ends)."""
         handle = await self.sandbox.commands.connect(self.process_id)
         events = handle.events(self._offset)
         try:
@@ -99,13 +101,15 @@ class Terminal:
                 if event.type == "stdout" and event.data:
                     self._unread += event.data
                     self._offset = event.offset or self._offset
-                    return
-                if event.type == "gap":
+                    if match := self._search(compiled):
+                        return match
+                elif event.type == "gap":
                     self._offset = event.offset or self._offset
                 elif event.type == "end":
                     raise Ended(f"the session's shell exited ({event.result.exit_code if event.result else '?'})")
         finally:
             await events.aclose()  # type: ignore[attr-defined]
+        return None
 
     async def interrupt(self) -> None:
         """Ctrl-C: SIGINT to the command that runs in the foreground; the shell drops the rest of its line."""
