@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,35 @@ def test_gvisor_is_refused_clearly(scripted: Scripted, tmp_path: Path) -> None:
     with pytest.raises(errors.InvalidRequest, match="runc template"):
         client.create_sandbox(template="gvisor-gw", model_gateway={"upstream": upstream})
     assert not [s for s in client.list_sandboxes() if s.info.template == "gvisor-gw"]
+
+
+def test_a_stream_in_flight_ends_with_its_sandbox(scripted: Scripted, capfd: pytest.CaptureFixture[str]) -> None:
+    """Deleting a sandbox while its agent streams an answer cuts the stream; the node logs no error and goes on."""
+    client, upstream = scripted.client, scripted.upstream
+    ask = ("import json, os, urllib.request\n"
+           "r = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', headers={"
+           "'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY']}, data=json.dumps({'model': 'm', 'stream': True,"
+           " 'messages': [{'role': 'user', 'content': ' '.join(['w'] * 400)}]}).encode())\n"
+           "for line in urllib.request.urlopen(r): print(line.decode().strip()[:20], flush=True)\n")
+    scripted.model.delay = 0.05
+    try:
+        sandbox = client.create_sandbox(template="rl-python", warmpool="rl-python",
+                                        model_gateway={"upstream": upstream})
+        streaming = sandbox.commands.run(["python3", "-c", ask], background=True)
+        chunks = 0
+        for event in streaming.events(0):
+            chunks += event.data.count("data:") if event.type == "stdout" else 0
+            if chunks > 3:
+                break
+        started = time.monotonic()
+        sandbox.delete()
+    finally:
+        scripted.model.delay = 0.0
+    with client.create_sandbox(template="rl-python", warmpool="rl-python",
+                               model_gateway={"upstream": upstream}) as next_one:
+        assert probe(next_one, [], {"chat": ("POST", "/v1/chat/completions", key_of(next_one))})["asks"] == {
+            "chat": 200}
+    assert time.monotonic() - started < 10  # the 20 s stream was cut, not waited for
+    assert any(call["messages"][0]["content"].startswith("w w") for call in scripted.model.requests)
+    logged = capfd.readouterr()
+    assert "Traceback" not in logged.err + logged.out and "ERROR" not in logged.err
