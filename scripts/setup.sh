@@ -28,7 +28,10 @@ if [ ! -f "$stamp" ]; then
   echo "creating .venv"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev,rl,rl-adapters,ray,browser,compat,otel]'
+  .venv/bin/pip install -q -e '.[dev,rl,rl-adapters,harnesses,verl,ray,browser,compat,otel]'
+  # NeMo Gym's sandbox provider API, for tests/rl/test_rl_nemo_gym.py: the package asks for a newer Python and a
+  # training stack its sandbox layer does not use (pyproject.toml, extra `harnesses`).
+  .venv/bin/pip install -q --no-deps --ignore-requires-python nemo-gym==0.7.0
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

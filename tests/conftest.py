@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:
+    from tests.support.openai_server import Scripted
 
 pytest.register_assert_rewrite("tests.support", "tests.attacks.attack_support")
 
@@ -10,3 +16,12 @@ pytest.register_assert_rewrite("tests.support", "tests.attacks.attack_support")
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scripted]:
+    """A scripted OpenAI-compatible upstream, and a real server whose sandboxes reach it through model gateways."""
+    from tests.support.openai_server import scripted_gateway  # a server tier's: the unit tier never loads it
+
+    with scripted_gateway(tmp_path_factory.mktemp("gateway")) as found:
+        yield found

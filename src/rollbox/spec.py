@@ -267,6 +267,24 @@ def volume_name(name: str) -> str:
     return name
 
 
+class ModelGateway(Model):
+    """A sandbox's route to the policy model (docs/gateway.md): an OpenAI-compatible address inside the sandbox
+    that forwards to `upstream`, records every call, and refuses calls past the budgets (per claim; unset: none).
+    On a template it is every claim's default; a claim's own `model_gateway` replaces it whole."""
+
+    upstream: str = Field(pattern=r"^https?://[^/\s]+(/\S*)?$")
+    """The trainer's OpenAI-compatible inference server: its base URL, such as `http://10.0.0.5:8000/v1`."""
+    api_key: str | None = Field(None, alias="apiKey")
+    """Sent to `upstream`; the sandbox never sees it."""
+    model: str | None = None
+    """Replaces the `model` of every request, so that the agent can only call the policy."""
+    max_requests: int | None = Field(None, alias="maxRequests", ge=1)
+    max_tokens: int | None = Field(None, alias="maxTokens", ge=1)
+    """Prompt and completion tokens together, as the upstream counts them (`usage`)."""
+    max_seconds: float | None = Field(None, alias="maxSeconds", gt=0)
+    """From the claim on: later calls are refused, and a call still running then is cut."""
+
+
 class TemplateSpec(Model):
     base: str = "host"
     steps: list[Step] = Field(default_factory=list)
@@ -285,6 +303,7 @@ class TemplateSpec(Model):
     workdir: str | None = None
     volumes: list[VolumeMount] = Field(default_factory=list)
     """Mounted into every sandbox claimed from the template (a claim's own volumes come on top)."""
+    model_gateway: ModelGateway | None = Field(None, alias="modelGateway")
 
     @field_validator("base")
     @classmethod

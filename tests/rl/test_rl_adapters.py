@@ -1,25 +1,21 @@
 """Framework adapters on real sandboxes, each driven the way its framework drives it.
 
 mini-swe-agent runs its own DefaultAgent; TRL's tool schemas come from transformers (what TRL
-renders them with) and its calls follow GRPOTrainer (sync reset, async tools on a daemon loop);
-verl cannot be installed here (it needs torch and ray), so its calls follow the documented
-BaseTool contract of verl's ToolAgentLoop (create -> execute(agent_data=...) -> release per call).
+renders them with) and its calls follow GRPOTrainer (sync reset, async tools on a daemon loop).
+verl's own agent loop drives its tools in test_rl_verl.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
-from types import SimpleNamespace
 
 import pytest
 
 from rollbox.rl.adapters.mini_swe_agent import RollboxEnvironment
 from rollbox.rl.adapters.trl_env import RollboxTRLEnv
-from rollbox.rl.adapters.verl_tool import RollboxTool
 from rollbox.rl.loop import LoopThread
-from tests.support.servers import EXAMPLES, example_tasks
+from tests.support.servers import example_tasks
 
 TASKS = example_tasks()
 CENTS = next(task for task in TASKS if task.id == "ledger-format-cents")
@@ -53,39 +49,6 @@ def test_trl_environment(url: str) -> None:
         assert loop.run(environment.get_reward()) == 0.0
     finally:
         loop.close()
-
-
-def test_verl_tools_keyed_by_trajectory(url: str) -> None:
-    tools = {name: RollboxTool({"tool": name, "tasks": str(EXAMPLES / "tasks"), "url": url}) for name in TOOL_NAMES}
-    assert tools["str_replace"].get_openai_tool_schema()["function"]["name"] == "str_replace"
-
-    async def call(trajectory: str, name: str, arguments: dict) -> tuple[str, float]:
-        """verl's ToolAgentLoop._call_tool for a BaseTool: a fresh instance around every call."""
-        tool = tools[name]
-        instance_id, _ = await tool.create(create_kwargs={"task_id": CENTS.id})
-        try:
-            response, reward, _ = await tool.execute(instance_id, arguments,
-                                                     agent_data=SimpleNamespace(request_id=trajectory))
-        finally:
-            await tool.release(instance_id)
-        return response.text, reward
-
-    async def trajectory(name: str, fix: bool) -> float:
-        listing, _ = await call(name, "bash", {"command": "ls ledger"})
-        assert listing == "[exit code 0]\n__init__.py\naccount.py\nmoney.py"
-        if fix:
-            await call(name, "str_replace", FIX)
-        text, reward = await call(name, "submit", {})
-        assert text.startswith("Submitted.")
-        return reward
-
-    async def run() -> None:
-        assert await asyncio.gather(trajectory("a", True), trajectory("b", False)) == [1.0, 0.0]
-        assert RollboxTool.trajectory_reward("a") == 1.0
-        await call("c", "str_replace", FIX)
-        assert await RollboxTool.close_trajectory("c") == 1.0
-
-    asyncio.run(run())
 
 
 def test_mini_swe_agent_environment(url: str) -> None:

@@ -208,14 +208,16 @@ def node_of(sandbox_id: str) -> str:
     return sandbox_id.rpartition("-")[0]
 
 
-def claim_on_every_node(client: SandboxClient, warmpool: str, names: Iterable[str]) -> dict[str, Sandbox]:
-    """One sandbox per node in `names`, claimed from `warmpool` through the router (which picks the node)."""
+def claim_on_every_node(client: SandboxClient, warmpool: str, names: Iterable[str], **claim: Any
+                        ) -> dict[str, Sandbox]:
+    """One sandbox per node in `names`, claimed from `warmpool` (with `claim`'s options) through the router (which
+    picks the node)."""
     names = set(names)
     held: dict[str, Sandbox] = {}
     extra = []
     try:
         for _ in range(4 * len(names)):
-            sandbox = client.create_sandbox(warmpool=warmpool)
+            sandbox = client.create_sandbox(warmpool=warmpool, **claim)
             if node_of(sandbox.id) in held:
                 extra.append(sandbox)
             else:

@@ -42,6 +42,7 @@ from rollbox.models import (
     FileInfo,
     ForkRequest,
     Health,
+    ModelCallLog,
     SandboxInfo,
     SandboxStats,
     ShutdownAfterRequest,
@@ -67,6 +68,7 @@ _EXEC = _json(TypeAdapter(ExecResult))
 _FILE = _json(TypeAdapter(FileInfo))
 _FILES = _json(TypeAdapter(list[FileInfo]))
 _ARCHIVE = _json(TypeAdapter(ArchiveResult))
+_MODEL_CALLS = _json(TypeAdapter(ModelCallLog))
 
 
 _BINARY = {"content-type": "application/octet-stream"}
@@ -234,6 +236,10 @@ def set_shutdown_after(sandbox_id: str, seconds: float) -> Call[SandboxInfo]:
 
 def stats(sandbox_id: str) -> Call[SandboxStats]:
     return _get(_sandbox(sandbox_id, "/stats"), _STATS)
+
+
+def model_calls(sandbox_id: str, offset: int) -> Call[ModelCallLog]:
+    return _get(_sandbox(sandbox_id, "/model_calls"), _MODEL_CALLS, {"offset": str(offset)})
 
 
 def exec_command(sandbox_id: str, command: Command, *, on_stdout: OutputCallback | None = None,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
 from rollbox.models import ApplyEvent
-from rollbox.spec import VolumeMount
+from rollbox.spec import ModelGateway, VolumeMount
 
 OutputCallback = Callable[[str], None]
 ProgressCallback = Callable[[ApplyEvent], None]
@@ -37,6 +37,9 @@ class ClaimOptions(TypedDict, total=False):
     labels: dict[str, str] | None
     volumes: list[VolumeMount | dict[str, Any]] | None
     """Named volumes to mount: `{"name", "mount_path", "read_only"?, "size"?}` each (docs/volumes.md)."""
+    model_gateway: ModelGateway | dict[str, Any] | None
+    """The sandbox's route to the policy: `{"upstream", "api_key"?, "model"?, "max_requests"?, "max_tokens"?,
+    "max_seconds"?}`; its processes get OPENAI_BASE_URL and OPENAI_API_KEY (docs/gateway.md)."""
 
 
 class ExecOptions(TypedDict, total=False):

@@ -32,6 +32,7 @@ from rollbox.models import (
     ExecResult,
     FileInfo,
     Health,
+    ModelCallLog,
     SandboxInfo,
     SandboxStats,
     SnapshotInfo,
@@ -236,6 +237,10 @@ class Sandbox:
     def stats(self) -> SandboxStats:
         """What the sandbox uses now: memory and its peak, CPU seconds, processes, disk."""
         return self._client._send(calls.stats(self.id))
+
+    def model_calls(self, offset: int = 0) -> ModelCallLog:
+        """What its agent asked the policy through its model gateway, and the answers, from call `offset` on."""
+        return self._client._send(calls.model_calls(self.id, offset))
 
     def shell(self, *, env: dict[str, str] | None = None, cwd: str | None = None, user: str | None = None,
               shell: str | None = None) -> Shell:

@@ -29,6 +29,7 @@ from rollbox.models import (
     Health,
     ImageInfo,
     ImagesRequest,
+    ModelCallLog,
     ProcessControl,
     ProcessEvent,
     ProcessInfo,
@@ -160,6 +161,9 @@ class RemoteNode:
 
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         return await self.send(tenant, calls.stats(sandbox_id))
+
+    async def model_calls(self, tenant: str, sandbox_id: str, offset: int = 0) -> ModelCallLog:
+        return await self.send(tenant, calls.model_calls(sandbox_id, offset))
 
     async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
         return await self.send(tenant, calls.set_shutdown_after(sandbox_id, seconds))

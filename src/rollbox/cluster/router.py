@@ -36,6 +36,7 @@ from rollbox.models import (
     ClaimRequest,
     ExecRequest,
     ExecResult,
+    ModelCallLog,
     ProcessControl,
     ProcessEvent,
     ProcessInfo,
@@ -234,6 +235,9 @@ class ClusterNode(ImageOperations):
 
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         return await self._at(sandbox_id, lambda node: node.stats(tenant, sandbox_id))
+
+    async def model_calls(self, tenant: str, sandbox_id: str, offset: int = 0) -> ModelCallLog:
+        return await self._at(sandbox_id, lambda node: node.model_calls(tenant, sandbox_id, offset))
 
     async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
         return await self._at(sandbox_id, lambda node: node.set_shutdown_after(tenant, sandbox_id, seconds))

@@ -19,6 +19,7 @@ from rollbox.models import (
     ExecResult,
     ImageInfo,
     ImagesRequest,
+    ModelCallLog,
     ProcessControl,
     ProcessEvent,
     ProcessInfo,
@@ -74,6 +75,8 @@ class Node(Protocol):
         """What the sandbox uses now: memory (and its peak), CPU seconds, processes, disk."""
     async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
         """Deletes the sandbox `seconds` from now instead of when its claim said."""
+    async def model_calls(self, tenant: str, sandbox_id: str, offset: int = 0) -> ModelCallLog:
+        """The calls its agent made through its model gateway, from `offset` on (docs/gateway.md)."""
 
     # -- processes (docs/processes.md) ------------------------------------------------------
     async def start_process(self, tenant: str, sandbox_id: str, request: ProcessRequest) -> ProcessInfo:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from anyio import to_thread
 
@@ -30,13 +30,16 @@ class HeldClaims:
     """Thread-safe: `lock` guards `claims` and every claim's `busy` and `paused`."""
 
     def __init__(self, engine: Engine, store: NodeStore, capacity: Capacity, costs: CostMeters,
-                 volumes: NodeVolumes, deletions: Deletions) -> None:
+                 volumes: NodeVolumes, deletions: Deletions, released: Callable[[str], None] = lambda _: None
+                 ) -> None:
+        """`released` is told each sandbox id whose claim ends (its model gateway closes)."""
         self.engine = engine
         self.store = store
         self.capacity = capacity
         self.costs = costs
         self.volumes = volumes
         self.deletions = deletions
+        self.released = released
         self.claims: dict[str, Claim] = {}
         """The claims, by sandbox id."""
         self.lock = threading.Lock()
@@ -128,6 +131,7 @@ class HeldClaims:
         self.capacity.give_quota(claim.tenant, 1)
         self.costs.close(claim.sandbox_id, claim.tenant)
         self.volumes.release(claim.sandbox_id)
+        self.released(claim.sandbox_id)
         return True
 
     def end(self, claim: Claim) -> None:

@@ -38,6 +38,7 @@ from rollbox.models import (
     ClaimRequest,
     ExecRequest,
     ExecResult,
+    ModelCallLog,
     SandboxInfo,
     SandboxStats,
     SnapshotInfo,
@@ -51,6 +52,7 @@ from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim, as_sandbox, environment
 from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
+from rollbox.node.gateway import Gateway
 from rollbox.node.held import HeldClaims
 from rollbox.node.images import ImageOperations, NodeImages
 from rollbox.node.processes import ProcessOperations
@@ -88,8 +90,10 @@ class LocalNode(ProcessOperations, ImageOperations):
         self._writer = ClaimWriter(self.store)
         self.costs = CostMeters(engine, lambda sandbox_id: self.held.busy(sandbox_id), self._warm, self.closed)
         self.node_volumes = NodeVolumes(engine)
+        self.gateway = Gateway(engine)
         self.node_images = self.image_service = NodeImages(engine, self.store)
-        self.held = HeldClaims(engine, self.store, self.capacity, self.costs, self.node_volumes, self.deletions)
+        self.held = HeldClaims(engine, self.store, self.capacity, self.costs, self.node_volumes, self.deletions,
+                               self.gateway.close)
         recovered = recover(engine, self.store, self.capacity, self.resources, self.deletions)
         self.held.add(recovered)
         self.node_volumes.adopt(recovered)
@@ -102,6 +106,7 @@ class LocalNode(ProcessOperations, ImageOperations):
     async def apply(self, resource: Resource, progress: Callable[[str], None], tenant: str | None = None
                     ) -> ApplyStatus:
         self.node_volumes.forget_templates()
+        self.gateway.forget_templates()
         return await self.resources.apply(resource, progress, self.node_images.credentials(tenant) if tenant else {})
 
     async def templates(self) -> list[TemplateInfo]:
@@ -113,6 +118,7 @@ class LocalNode(ProcessOperations, ImageOperations):
     async def delete_template(self, name: str) -> None:
         await self.resources.delete_template(name)
         self.node_volumes.forget_templates()
+        self.gateway.forget_templates()
 
     async def warmpools(self) -> list[WarmPoolInfo]:
         return await self.resources.warmpools()
@@ -147,18 +153,24 @@ class LocalNode(ProcessOperations, ImageOperations):
             container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot,
                                                             self.node_volumes.engine_mounts(tenant, volumes), limits)
             try:
+                env = request.env or {}
+                gateway = self.gateway.config_for(request.model_gateway,
+                                                  template or self.engine.info(container_id).template)
+                if gateway is not None:
+                    env = {**env, **await self.gateway.open(sandbox_id, container_id, gateway)}
                 now = time.time()
                 claim = Claim(
                     sandbox_id=sandbox_id, tenant=tenant, container_id=container_id, created_at=now,
                     template=template or self.engine.info(container_id).template, warmpool=request.warmpool,
                     snapshot=request.snapshot, shutdown_after=request.shutdown_after,
                     expires_at=now + request.shutdown_after if request.shutdown_after else None,
-                    idle_pause_after=request.idle_pause_after, env=request.env or {}, labels=request.labels or {},
+                    idle_pause_after=request.idle_pause_after, env=env, labels=request.labels or {},
                     last_used=time.monotonic(), volumes=volumes,
                     memory=snapshot is not None and self.engine.carries_memory(container_id),
                 )
                 await self._writer.put(claim)
             except BaseException:
+                self.gateway.close(sandbox_id)
                 self.deletions.discard([container_id])
                 raise
         except BaseException:
@@ -245,10 +257,12 @@ class LocalNode(ProcessOperations, ImageOperations):
                 self.held.thaw(claim)
                 self.engine.reset(claim.container_id)
                 self.store.put_claims([claim])
+                self.gateway.move(claim.sandbox_id, claim.container_id)
                 return claim.info()
             self.costs.switch(claim.sandbox_id, container_id)
             old, claim.container_id, claim.paused = claim.container_id, container_id, None
             self.store.put_claims([claim], released=[old])
+            self.gateway.move(claim.sandbox_id, container_id)
         self.deletions.later(old)
         return claim.info()
 
@@ -300,6 +314,10 @@ class LocalNode(ProcessOperations, ImageOperations):
         claim.shutdown_after, claim.expires_at = seconds, time.time() + seconds
         await self._writer.put(claim)
         return claim.info()
+
+    async def model_calls(self, tenant: str, sandbox_id: str, offset: int = 0) -> ModelCallLog:
+        self.held.get(tenant, sandbox_id)
+        return self.gateway.log(sandbox_id, offset)
 
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         claim = self.held.get(tenant, sandbox_id)
@@ -394,6 +412,7 @@ class LocalNode(ProcessOperations, ImageOperations):
     def close(self) -> None:
         """Stops background work and waits for it. Containers and claims stay for the next node."""
         self.closed.set()
+        self.gateway.shutdown()
         self._sweeper.join()
         self.costs.join()
         self.resources.close()

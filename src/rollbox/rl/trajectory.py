@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from rollbox.errors import InvalidRequest
-from rollbox.models import ClaimCost
+from rollbox.models import ClaimCost, ModelCall
 
 SCHEMA_VERSION = 1
 
@@ -67,6 +67,9 @@ class Trajectory(BaseModel):
     wall time (docs/observability.md). The group's first member's claim also carries the group's setup and fork."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Whatever the policy recorded about the episode (e.g. the candidate it chose)."""
+    model_calls: list[ModelCall] = Field(default_factory=list)
+    """For an agent that ran inside the sandbox: every call it made to the policy through the sandbox's model
+    gateway, with the answers, token ids and log-probabilities (rl/inside.py, docs/gateway.md)."""
 
     @property
     def policy_ms(self) -> float:

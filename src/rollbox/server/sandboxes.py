@@ -15,6 +15,7 @@ from rollbox.models import (
     ExecResult,
     FileInfo,
     ForkRequest,
+    ModelCallLog,
     SandboxInfo,
     SandboxStats,
     ShutdownAfterRequest,
@@ -73,6 +74,11 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
     async def sandbox_stats(tenant: str, sandbox_id: str) -> Response:
         """What the sandbox uses now: memory and its peak, CPU seconds, processes, disk."""
         return json_response(await node.stats(tenant, sandbox_id))
+
+    @add("GET", "/v1/sandboxes/{sandbox_id}/model_calls", answer=ModelCallLog, query=(Query("offset", int, 0),))
+    async def model_calls(tenant: str, sandbox_id: str, offset: int = 0) -> Response:
+        """The calls the sandbox's agent made through its model gateway, from `offset` on (docs/gateway.md)."""
+        return json_response(await node.model_calls(tenant, sandbox_id, offset))
 
     @add("POST", "/v1/sandboxes/{sandbox_id}/reset", answer=SandboxInfo)
     async def reset_sandbox(tenant: str, sandbox_id: str) -> Response:

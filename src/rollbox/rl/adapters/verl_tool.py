@@ -7,12 +7,13 @@ instance id, so the episode is keyed by the trajectory (`agent_data.request_id`,
     # tool config YAML (one entry per tool: bash, read_file, write_file, str_replace, submit)
     tools:
       - class_name: rollbox.rl.adapters.verl_tool.RollboxTool
-        config: {tool: bash, tasks: examples/tasks, url: "http://router:8080"}
+        config: {type: native, tool: bash, tasks: examples/tasks, url: "http://router:8080"}
     # each row: tools_kwargs: {bash: {create_kwargs: {task_id: ledger-format-cents}}, ...}
 
 The submit call returns the hidden tests' reward as its tool reward; `calc_reward(instance_id)`
-and `trajectory_reward(request_id)` return it too. Without verl installed (it needs torch and
-ray) the class keeps the same interface on a plain base, which is what the tests exercise.
+and `trajectory_reward(request_id)` return it too. tests/rl/test_rl_verl.py runs verl's own
+`ToolAgentLoop` over these tools (the `verl` extra). Without verl installed (it needs torch) the class
+keeps the same interface on a plain base.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from rollbox.rl.tasks import Task, load_tasks
 try:
     from verl.tools.base_tool import BaseTool
     from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-except ImportError:  # verl needs torch and ray; the tool keeps verl's interface without them
+except ImportError:  # verl needs torch; the tool keeps verl's interface without it
     BaseTool = object
     OpenAIFunctionToolSchema = None
 
