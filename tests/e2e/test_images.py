@@ -107,10 +107,13 @@ def test_pull_shows_layers_and_lists_sizes_with_shared_layers_once(alice: Sandbo
 
 
 def test_claim_of_an_image_starts_it_as_it_is(alice: SandboxClient, images: dict[str, str]) -> None:
+    read_pids = "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max"
     with alice.create_sandbox(image=images["task-2"], env={"EXTRA": "1"}, limits={"pids": 77}) as sandbox:
-        result = sandbox.commands.run("echo $TASK $EXTRA; cat /task; id -u; cat /sys/fs/cgroup/pids/pids.max "
-                                      "2>/dev/null || cat /sys/fs/cgroup/pids.max")
+        result = sandbox.commands.run(f"echo $TASK $EXTRA; cat /task; id -u; {read_pids}")
+        sandbox.reset()
+        after_reset = sandbox.commands.run(read_pids).stdout.strip()
     assert result.stdout.split() == ["2", "1", "2", "0", "77"]
+    assert after_reset == "77", "a reset dropped the claim's own limits"
 
 
 def test_concurrent_claims_of_a_new_image_pull_it_once(alice: SandboxClient, registry: Registry,

@@ -46,6 +46,8 @@ class Claim:
     """The named volumes it mounts (`VolumeMount`s as JSON), held for it whatever container serves it."""
     memory: bool = False
     """Whether it started with the processes and memory of its fork parent or snapshot (gVisor)."""
+    limits: dict[str, Any] | None = None
+    """The limits it asked for itself (`ClaimRequest.limits`, merged over its template's): a reset keeps them."""
     paused: str | None = None
     """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does)."""
     last_used: float = 0.0

@@ -167,6 +167,7 @@ class LocalNode(ProcessOperations, ImageOperations):
                     idle_pause_after=request.idle_pause_after, env=env, labels=request.labels or {},
                     last_used=time.monotonic(), volumes=volumes,
                     memory=snapshot is not None and self.engine.carries_memory(container_id),
+                    limits=limits.model_dump() if limits else None,
                 )
                 await self._writer.put(claim)
             except BaseException:
@@ -248,10 +249,12 @@ class LocalNode(ProcessOperations, ImageOperations):
     def _reset(self, claim: Claim) -> SandboxInfo:
         with self.held.using(claim), self.held.holding(claim):
             snapshot = snapshot_key(claim.tenant, claim.snapshot) if claim.snapshot else None
-            warm = None if snapshot or claim.volumes else self.resources.take_warm(claim.template, claim.warmpool)
+            own = Limits(**claim.limits) if claim.limits else None
+            warm = None if snapshot or claim.volumes or own else self.resources.take_warm(claim.template,
+                                                                                        claim.warmpool)
             try:
                 mounts = self.node_volumes.engine_mounts(claim.tenant, claim.volumes)
-                container_id = warm or self.resources.start_cold(claim.template, snapshot, mounts)
+                container_id = warm or self.resources.start_cold(claim.template, snapshot, mounts, own)
             except (CapacityExceeded, NotFound):
                 # No room for a second container, or its template or snapshot is gone: restart this one in place.
                 self.held.thaw(claim)
