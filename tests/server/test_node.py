@@ -19,6 +19,7 @@ from rollbox.errors import (
     InvalidResource,
     NodeUnavailable,
     NotFound,
+    RollboxError,
     SandboxNotFound,
     SandboxNotRunning,
     TemplateNotFound,
@@ -431,6 +432,39 @@ async def test_a_claimed_sandbox_whose_container_stopped_shows_stopped_until_res
     await node.delete("alice", claim.id)
 
 
+@contextlib.contextmanager
+def agent_gone(engine: Engine) -> Iterator[None]:
+    """The exec agent's binary missing from the host while the block runs: no container can start."""
+    agent = engine.launcher.agent
+    hidden = agent.with_name(agent.name + ".hidden")
+    agent.rename(hidden)
+    try:
+        yield
+    finally:
+        hidden.rename(agent)
+
+
+async def test_a_sandbox_that_fails_to_start_again_is_stopped_until_reset(node: LocalNode, engine: Engine) -> None:
+    """A snapshot stops the sandbox's container and starts it again over its frozen files. When that start fails,
+    the claim keeps its container, stopped: its calls say it is not running (never that it does not exist), and
+    a reset brings it back."""
+    claim = await node.claim("alice", ClaimRequest(template="basic"))
+    with agent_gone(engine), pytest.raises(RollboxError) as failed:
+        await node.snapshot("alice", claim.id, "relaunch")
+    assert not isinstance(failed.value, NotFound), failed.value
+    assert (await node.get("alice", claim.id)).state == "stopped"
+    with pytest.raises(SandboxNotRunning, match=r"is stopped .*reset it") as stopped:
+        await run(node, "alice", claim.id, "true")
+    container_id = node.held.claims[claim.id].container_id
+    assert claim.id in str(stopped.value) and container_id not in str(stopped.value)
+    with pytest.raises(SandboxNotRunning):
+        await node.files("alice", claim.id, "list", "/")
+    assert (await node.reset("alice", claim.id)).state == "running"
+    assert await run(node, "alice", claim.id, "echo back") == "back\n"
+    assert (await node.get("alice", claim.id)).state == "running"
+    await node.delete("alice", claim.id)
+
+
 async def test_no_sandbox_inherits_the_nodes_descriptors(node: LocalNode, engine: Engine) -> None:
     """The node holds a pidfd of every warm sandbox (enough to kill it): none may reach another sandbox."""
     await node.apply(pool(replicas=2), print)
@@ -530,3 +564,4 @@ async def test_a_container_deleted_behind_the_nodes_back_is_told_by_its_sandbox_
         await node.files("alice", claim.id, "list", "/")
     for error in (stats.value, files.value):
         assert claim.id in str(error) and container_id not in str(error), error
+        assert error.sandbox_id == claim.id and error.__cause__.container_id == container_id  # fields, not text

@@ -76,6 +76,7 @@ class Engine:
         self._records = self._lifecycle.records
         self._record = self._lifecycle.record
         self._locked = self._lifecycle.locked
+        self._started = self._lifecycle.started
         self._layering = Layering(self._lifecycle, self.cgroups, self.delete)
         self._live = Live(self._lifecycle, self.delete)
         self._lock = threading.Lock()  # one collection of layers at a time
@@ -134,11 +135,13 @@ class Engine:
 
     def exit_fd(self, container_id: str) -> int | None:
         """See `Launcher.exit_fd`."""
-        return self.launcher.exit_fd(self._record(container_id))
+        return self.launcher.exit_fd(self._started(container_id))
 
     def stopped(self, container_id: str) -> bool:
-        """See `Launcher.stopped`."""
-        return self.launcher.stopped(self._record(container_id))
+        """Whether the container has stopped: it failed to start again (`Lifecycle.relaunch`), or see
+        `Launcher.stopped`."""
+        record = self._record(container_id)
+        return record.state == "stopped" or self.launcher.stopped(record)
 
     def get(self, container_id: str) -> Container:
         self._record(container_id)
@@ -178,7 +181,7 @@ class Engine:
         if not 1 <= count <= MAX_FORK:
             raise InvalidRequest(f"fork count must be between 1 and {MAX_FORK}")
         with self._locked(container_id):
-            parent = self._record(container_id)
+            parent = self._started(container_id)
             self.launcher.check_startable(parent, "fork")
             if self.carries_memory(container_id):
                 children = self._live.fork(self._awake(parent), count)
@@ -190,7 +193,7 @@ class Engine:
         """Saves the container's files (and, where its runtime can checkpoint, its processes and memory) under
         `name`; new containers can start from it."""
         with self._locked(container_id):
-            record = self._record(container_id)
+            record = self._started(container_id)
             self.launcher.check_startable(record, "snapshot")
             if not self.carries_memory(container_id):
                 now = self._layering.snapshot(record, name)
@@ -238,7 +241,7 @@ class Engine:
 
     def _woken(self, container_id: str) -> ContainerRecord:
         """The container's record, resuming it first if it is in standby: its next call wakes it."""
-        record = self._record(container_id)
+        record = self._started(container_id)
         if record.state == "standby":
             with self._locked(container_id):
                 self._awake(self._record(container_id))
@@ -252,7 +255,7 @@ class Engine:
         """Freezes every process of the container: it uses no CPU and keeps its memory and files. Where the
         runtime can checkpoint (gVisor), it goes to standby instead: saved to disk, holding no memory."""
         with self._locked(container_id):
-            record = self._record(container_id)
+            record = self._started(container_id)
             if record.state == "running" and self.carries_memory(container_id):
                 self._live.standby(record)
             elif record.state == "running":
@@ -306,13 +309,13 @@ class Engine:
 
     def processes(self, container_id: str) -> ContainerProcesses:
         """The container's background processes, terminals and shell sessions."""
-        record = self._record(container_id)
+        record = self._started(container_id)
         return ContainerProcesses(self.launcher.agent_client(record),
                                   lambda command, **options: self._agent_request(container_id, command, **options)[1],
                                   record.limits["output"])
 
     def stats(self, container_id: str) -> SandboxStats:
-        return self.launcher.stats(self._record(container_id))
+        return self.launcher.stats(self._started(container_id))
 
     def usage(self, container_id: str, *, cpu_only: bool = False) -> accounting.Usage:
         """The counters a claim's cost is accounted from (rollbox.node.cost); `cpu_only` reads one file."""
