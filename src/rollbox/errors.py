@@ -3,7 +3,8 @@
 Each error has a stable `code` (sent over HTTP as `{"error": {"code", "message"}}`) and the HTTP
 `status` it answers with; its message says what the caller can do about it. The SDK rebuilds the
 typed error from the code (`from_code`), and falls back on the status for answers that are not
-rollbox's own (a proxy's 502).
+rollbox's own (a proxy's 502). An error about one sandbox (`AboutSandbox`) carries its id as a field:
+the engine names the container, and the node retells it about the sandbox that container serves.
 
     RollboxError (500 internal)
     ├── InvalidRequest (400 invalid_request)
@@ -41,7 +42,10 @@ rollbox's own (a proxy's 502).
 
 from __future__ import annotations
 
+from typing import Any, Self
+
 __all__ = [
+    "AboutSandbox",
     "BuildFailed",
     "CapacityExceeded",
     "Conflict",
@@ -139,7 +143,34 @@ class NotFound(RollboxError):
     status = 404
 
 
-class SandboxNotFound(NotFound):
+class AboutSandbox(RollboxError):
+    """An error about one sandbox, whose message leaves out who it is about: the engine raises it about a
+    container (`container_id`), and the node retells it about the sandbox that container serves (`retold`), so
+    a tenant never sees a container id. Its text is the one it is about, then the message: `sandbox <id> has
+    stopped: ...`."""
+
+    def __init__(self, message: str, *, container_id: str | None = None, sandbox_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.container_id = container_id
+        self.sandbox_id = sandbox_id
+
+    def __str__(self) -> str:
+        if self.sandbox_id is not None:
+            return f"sandbox {self.sandbox_id} {self.message}"
+        if self.container_id is not None:
+            return f"container {self.container_id} {self.message}"
+        return self.message
+
+    def retold(self, sandbox_id: str) -> Self:
+        """The same error, about the sandbox whose container it was about."""
+        return type(self)(self.message, container_id=self.container_id, sandbox_id=sandbox_id)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.message,), self.__dict__
+
+
+class SandboxNotFound(AboutSandbox, NotFound):
     code = "sandbox_not_found"
 
 
@@ -164,7 +195,7 @@ class Conflict(RollboxError):
     status = 409
 
 
-class SandboxNotRunning(Conflict):
+class SandboxNotRunning(AboutSandbox, Conflict):
     code = "sandbox_not_running"
 
 

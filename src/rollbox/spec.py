@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -89,9 +90,17 @@ def parse_seconds(value: Any) -> float:
     return seconds
 
 
-Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(gt=0)]
+def number_or_unit(number: dict[str, Any], units: re.Pattern[str] = _DURATION) -> WithJsonSchema:
+    """The JSON schema of a quantity given as a number (its bound in JSON Schema's words) or as text with a unit
+    (`5m`, `1Gi`): left to pydantic, the bound reads `gt`, which JSON Schema does not know, and text is missing."""
+    return WithJsonSchema({"anyOf": [number, {"type": "string", "pattern": units.pattern}]})
+
+
+Bytes = Annotated[int, BeforeValidator(parse_bytes), Field(gt=0),
+                  number_or_unit({"type": "integer", "exclusiveMinimum": 0}, _QUANTITY)]
 Cores = Annotated[float, BeforeValidator(parse_cpu)]
-Seconds = Annotated[float, BeforeValidator(parse_seconds), Field(ge=0)]
+Seconds = Annotated[float, BeforeValidator(parse_seconds), Field(ge=0),
+                    number_or_unit({"type": "number", "minimum": 0})]
 
 
 class Model(BaseModel):

@@ -10,7 +10,7 @@ import pytest
 
 from rollbox.engine import Container, Engine
 from rollbox.engine.layering import FORK_COPY_BYTES
-from rollbox.errors import Conflict, InvalidRequest, SandboxNotFound, SandboxNotRunning, SnapshotNotFound
+from rollbox.errors import Conflict, InvalidRequest, RollboxError, SandboxNotFound, SandboxNotRunning, SnapshotNotFound
 from rollbox.spec import Limits
 from tests.support.engines import template_for
 
@@ -105,6 +105,33 @@ def test_fork_and_snapshot_refuse_a_root_the_runtime_could_not_start_and_lose_no
     [child] = sandbox.fork(1)
     with child:
         assert child.exec("cat note.txt").stdout == "kept\n"
+
+
+def test_a_container_that_fails_to_start_again_stays_stopped_until_a_reset(engine: Engine, sandbox: Container
+                                                                          ) -> None:
+    """A snapshot stops the container and starts it again over its frozen files (restores it, under gVisor). When
+    that start fails (here the exec agent's binary is missing from the host), the container is kept, stopped: its
+    calls say so, and a reset starts it afresh from its template."""
+    sandbox.exec("echo written > note.txt")
+    agent = engine.launcher.agent
+    hidden = agent.with_name(agent.name + ".hidden")
+    agent.rename(hidden)
+    try:
+        with pytest.raises(RollboxError):
+            sandbox.snapshot("start-fails")
+    finally:
+        hidden.rename(agent)
+    assert sandbox.info.state == "stopped" and engine.stopped(sandbox.id)
+    with pytest.raises(SandboxNotRunning, match=r"is stopped .*reset it") as stopped:
+        sandbox.exec("true")
+    assert stopped.value.container_id == sandbox.id
+    with pytest.raises(SandboxNotRunning):
+        sandbox.files.read("note.txt")
+    sandbox.reset()
+    assert sandbox.info.state == "running" and not engine.stopped(sandbox.id)
+    assert sandbox.exec("cat note.txt").exit_code != 0, "a reset goes back to the template"
+    assert sandbox.exec("echo back").stdout == "back\n"
+    engine.delete_snapshot("start-fails")  # taken before the start failed
 
 
 def test_snapshot_is_a_start_point_for_new_sandboxes(engine: Engine, sandbox: Container) -> None:

@@ -14,7 +14,7 @@ from rollbox.engine import Engine
 from rollbox.models import ClaimRequest, ExecRequest
 from rollbox.node import LocalNode
 from rollbox.spec import SandboxTemplate
-from tests.support.engines import BASIC, make_engine, teardown_engine
+from tests.support.engines import BASIC, cgroup_file, make_engine, teardown_engine
 
 pytestmark = pytest.mark.anyio
 TOLERANCE = 0.05
@@ -47,7 +47,9 @@ class Counters:
     def __init__(self, engine: Engine, container_id: str) -> None:
         record = engine.store.container(container_id)
         assert record is not None
-        self.engine, self.name, self.upper = engine, record.oci_id, record.upper
+        self.engine, self.upper = engine, record.upper
+        self.cpu_file = cgroup_file(engine, container_id, "cpuacct", "cpuacct.usage")
+        self.memory_file = cgroup_file(engine, container_id, "memory", "memory.usage_in_bytes")
         self.memory_gb_seconds = self.disk_gb_seconds = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._integrate)
@@ -55,18 +57,14 @@ class Counters:
         self._thread.start()
 
     def cpu(self) -> float:
-        cgroups = self.engine.cgroups
-        path = cgroups._dir("" if cgroups.v2 else "cpuacct", self.name)
-        if cgroups.v2:
-            usec = next(line for line in (path / "cpu.stat").read_text().splitlines() if line.startswith("usage_usec"))
+        text = self.cpu_file.read_text()
+        if self.engine.cgroups.v2:  # cpu.stat
+            usec = next(line for line in text.splitlines() if line.startswith("usage_usec"))
             return int(usec.split()[1]) / 1e6
-        return int((path / "cpuacct.usage").read_text()) / 1e9
+        return int(text) / 1e9
 
     def levels(self) -> tuple[int, int]:
-        cgroups = self.engine.cgroups
-        path = cgroups._dir("" if cgroups.v2 else "memory", self.name)
-        memory = int((path / ("memory.current" if cgroups.v2 else "memory.usage_in_bytes")).read_text())
-        return memory, self.engine.layers.upper_bytes(self.upper)
+        return int(self.memory_file.read_text()), self.engine.layers.upper_bytes(self.upper)
 
     def _integrate(self) -> None:
         last, (memory, disk) = time.monotonic(), self.levels()

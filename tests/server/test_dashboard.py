@@ -1,5 +1,5 @@
-"""The dashboard's routes over a real server and sandboxes: tokens, tenants, the admin-only command log, the
-page's locks (Content-Security-Policy), and the bounded history behind its charts."""
+"""The dashboard's routes over a real server and sandboxes: tokens, tenants, the admin-only command log and the
+page's locks (Content-Security-Policy); tests/unit/test_dashboard_history.py bounds the history behind its charts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from rollbox.client import SandboxClient
 from rollbox.server.dashboard.assets import CONTENT_SECURITY_POLICY
-from rollbox.server.dashboard.history import COMMANDS_PER_SANDBOX, SLOT_SECONDS, SLOTS, CommandLog, LatencyHistory
 from tests.support.servers import ADMINS, TEMPLATE, TOKENS, router
 
 DATA_ROUTES = ["/dashboard/api/overview", "/dashboard/api/stats?ids=x", "/dashboard/api/sandboxes/x/commands"]
@@ -95,28 +94,3 @@ def test_the_page_and_its_files_carry_a_strict_content_security_policy(url: str)
                      "css/dashboard.html", "js/dashboard.html"):
             assert anonymous.get(f"/dashboard/static/{path}").status_code == 404, path
 
-
-def test_the_latency_history_keeps_ten_minutes_in_fixed_memory() -> None:
-    history = LatencyHistory()
-    start = 1_000_000.0
-    for n in range(100):
-        history.add(0.010, now=start)
-        history.add(0.020 if n else 2.0, now=start + SLOT_SECONDS)
-    first, second = history.series(now=start + SLOT_SECONDS)
-    assert (first["t"], first["count"]) == (start, 100) and 0.0099 < first["p50"] < 0.0135
-    assert second["count"] == 100 and 0.019 < second["p50"] < 0.027 and 0.019 < second["p99"] < 0.027
-    history.add(0.5, now=start + SLOT_SECONDS * SLOTS)  # lands in the first slot's place, ten minutes on
-    assert [p["t"] for p in history.series(now=start + SLOT_SECONDS * SLOTS)] == [start + SLOT_SECONDS,
-                                                                                  start + SLOT_SECONDS * SLOTS]
-
-
-def test_the_command_log_keeps_the_last_commands_of_each_sandbox() -> None:
-    log = CommandLog()
-    for n in range(COMMANDS_PER_SANDBOX + 10):
-        log.add("sb-1", "alice", f"echo {n}", 0, 0.001)
-    log.add("sb-2", "bob", "x" * 5000, None, 1.0)
-    kept = [entry["command"] for entry in log.tail("sb-1")]
-    assert kept == [f"echo {n}" for n in range(10, COMMANDS_PER_SANDBOX + 10)]
-    assert len(log.tail("sb-2")[0]["command"]) == 1000
-    log.keep_only({"sb-2"})
-    assert log.tail("sb-1") == [] and len(log.tail("sb-2")) == 1

@@ -6,8 +6,9 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -19,6 +20,7 @@ from rollbox.errors import (
     InvalidResource,
     NodeUnavailable,
     NotFound,
+    RollboxError,
     SandboxNotFound,
     SandboxNotRunning,
     TemplateNotFound,
@@ -30,6 +32,7 @@ from tests.support.engines import BASIC, cgroup_value, make_engine, teardown_eng
 
 pytestmark = pytest.mark.anyio
 TEMPLATE = SandboxTemplate.model_validate(BASIC)
+NODE: dict[str, Any] = {"max_sandboxes": 12, "tenant_quota": 6, "tick": 0.05}
 
 
 def pool(name: str = "basic-pool", replicas: int = 2, template: str = "basic",
@@ -48,12 +51,27 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
 
 @pytest.fixture
 async def node(engine: Engine) -> AsyncIterator[LocalNode]:
-    node = LocalNode(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)
+    node = LocalNode(engine, **NODE)
     yield node
     node.close()
     engine.destroy_all()
     for path in Path(engine.data_dir).glob("node.db*"):
         path.unlink()
+
+
+@pytest.fixture
+def restart(engine: Engine) -> Iterator[Callable[[LocalNode], LocalNode]]:
+    """Closes a node and starts another over its engine, as a restarted server does; closes those it started."""
+    started: list[LocalNode] = []
+
+    def restart(node: LocalNode) -> LocalNode:
+        node.close()
+        started.append(LocalNode(engine, **NODE))
+        return started[-1]
+
+    yield restart
+    for node in started:
+        node.close()
 
 
 async def until(condition, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
@@ -353,7 +371,8 @@ async def test_a_pool_with_max_replicas_grows_to_its_bursts_then_shrinks_back(
     await node.delete_warmpool("elastic")
 
 
-async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode, engine: Engine) -> None:
+async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode,
+                                                       restart: Callable[[LocalNode], LocalNode]) -> None:
     await node.apply(pool(replicas=2), print)
     await filled(node)
     kept = await node.claim("alice", ClaimRequest(warmpool="basic-pool", idle_pause_after=0.2))
@@ -361,20 +380,17 @@ async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode, engine: 
     await anyio.sleep(0.5)
     assert (await node.get("alice", kept.id)).state == "paused"
     ready = set(node.resources.pools["basic-pool"].ready)
-    node.close()
-    again = LocalNode(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)
-    try:
-        assert set(again.resources.pools["basic-pool"].ready) == ready
-        assert await run(again, "alice", kept.id, "cat ~/mine") == "mine\n"
-        assert [c.id for c in await again.claims("alice")] == [kept.id]
-    finally:
-        again.close()
+    again = restart(node)
+    assert set(again.resources.pools["basic-pool"].ready) == ready
+    assert await run(again, "alice", kept.id, "cat ~/mine") == "mine\n"
+    assert [c.id for c in await again.claims("alice")] == [kept.id]
 
 
 @pytest.mark.parametrize(("runtime", "restarted"), [("runc", False), ("runc", True), ("runsc", False)],
                          ids=["runc", "runc-recovered", "runsc"])
 async def test_a_warm_sandbox_that_dies_is_never_handed_out(node: LocalNode, engine: Engine, runtime: str,
-                                                            restarted: bool) -> None:
+                                                            restarted: bool,
+                                                            restart: Callable[[LocalNode], LocalNode]) -> None:
     """Killed on the host while it waits (as the OOM killer would kill it), a warm sandbox leaves its
     pool and another takes its place: no claim gets a dead sandbox, and no descriptor is left behind."""
     template = template_for(runtime)
@@ -384,8 +400,7 @@ async def test_a_warm_sandbox_that_dies_is_never_handed_out(node: LocalNode, eng
     await node.apply(pool(replicas=2, template=template), print)
     await filled(node)
     if restarted:
-        node.close()
-        node.__init__(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)  # type: ignore[misc]
+        node = restart(node)
     doomed = set(node.resources.pools["basic-pool"].ready)
     for container_id in doomed:
         for pid in cgroup_value(engine, engine.get(container_id), "pids", "cgroup.procs").split():
@@ -404,7 +419,7 @@ async def test_a_warm_sandbox_that_dies_is_never_handed_out(node: LocalNode, eng
 
     async def only_warm_ones_watched() -> bool:
         ready = set(node.resources.pools["basic-pool"].ready)
-        return len(ready) == 2 and set(node.resources.exits._watched.values()) == ready
+        return len(ready) == 2 and node.resources.exits.watching() == ready
     await until(only_warm_ones_watched)
 
 
@@ -431,13 +446,46 @@ async def test_a_claimed_sandbox_whose_container_stopped_shows_stopped_until_res
     await node.delete("alice", claim.id)
 
 
+@contextlib.contextmanager
+def agent_gone(engine: Engine) -> Iterator[None]:
+    """The exec agent's binary missing from the host while the block runs: no container can start."""
+    agent = engine.launcher.agent
+    hidden = agent.with_name(agent.name + ".hidden")
+    agent.rename(hidden)
+    try:
+        yield
+    finally:
+        hidden.rename(agent)
+
+
+async def test_a_sandbox_that_fails_to_start_again_is_stopped_until_reset(node: LocalNode, engine: Engine) -> None:
+    """A snapshot stops the sandbox's container and starts it again over its frozen files. When that start fails,
+    the claim keeps its container, stopped: its calls say it is not running (never that it does not exist), and
+    a reset brings it back."""
+    claim = await node.claim("alice", ClaimRequest(template="basic"))
+    with agent_gone(engine), pytest.raises(RollboxError) as failed:
+        await node.snapshot("alice", claim.id, "relaunch")
+    assert not isinstance(failed.value, NotFound), failed.value
+    assert (await node.get("alice", claim.id)).state == "stopped"
+    with pytest.raises(SandboxNotRunning, match=r"is stopped .*reset it") as stopped:
+        await run(node, "alice", claim.id, "true")
+    container_id = node.held.claims[claim.id].container_id
+    assert claim.id in str(stopped.value) and container_id not in str(stopped.value)
+    with pytest.raises(SandboxNotRunning):
+        await node.files("alice", claim.id, "list", "/")
+    assert (await node.reset("alice", claim.id)).state == "running"
+    assert await run(node, "alice", claim.id, "echo back") == "back\n"
+    assert (await node.get("alice", claim.id)).state == "running"
+    await node.delete("alice", claim.id)
+
+
 async def test_no_sandbox_inherits_the_nodes_descriptors(node: LocalNode, engine: Engine) -> None:
     """The node holds a pidfd of every warm sandbox (enough to kill it): none may reach another sandbox."""
     await node.apply(pool(replicas=2), print)
     await filled(node)
 
     async def both_watched() -> bool:  # a started container joins its pool, then its watch
-        return len(node.resources.exits._watched) >= 2
+        return len(node.resources.exits.watching()) >= 2
     await until(both_watched)
     claim = await node.claim("alice", ClaimRequest(template="basic", snapshot=None))
     await run(node, "alice", claim.id, "sleep 30 >/dev/null 2>&1 &")
@@ -463,10 +511,11 @@ async def test_one_node_per_data_directory(node: LocalNode, engine: Engine) -> N
 
 
 async def test_sandboxes_deleted_behind_the_nodes_back_are_forgotten(node: LocalNode, engine: Engine,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     restart: Callable[[LocalNode], LocalNode]
+                                                                     ) -> None:
     monkeypatch.setattr("rollbox.node.sweeper.RECONCILE_EVERY", 0.1)
-    node.close()
-    node.__init__(engine, max_sandboxes=12, tenant_quota=6, tick=0.05)  # type: ignore[misc]  # picks up the setting
+    node = restart(node)  # picks up the setting
     await node.apply(pool(replicas=1), print)
     await filled(node)
     claim = await node.claim("alice", ClaimRequest(template="basic"))
@@ -530,3 +579,4 @@ async def test_a_container_deleted_behind_the_nodes_back_is_told_by_its_sandbox_
         await node.files("alice", claim.id, "list", "/")
     for error in (stats.value, files.value):
         assert claim.id in str(error) and container_id not in str(error), error
+        assert error.sandbox_id == claim.id and error.__cause__.container_id == container_id  # fields, not text

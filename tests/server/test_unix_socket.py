@@ -6,18 +6,14 @@ import asyncio
 import errno
 import os
 import signal
-import socket
 import stat
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from rollbox import errors
 from rollbox.client import AsyncSandboxClient, SandboxClient
 from rollbox.engine import Engine
-from rollbox.server.listen import MAX_SOCKET_PATH, listen_unix
 from rollbox.server.local import LocalServer
 from rollbox.server.threaded import ThreadServer
 from tests.support.engines import BASIC, leftovers, teardown_engine
@@ -94,34 +90,3 @@ def test_an_in_process_server_is_closed_to_other_users_unless_asked_for_tcp() ->
     with ThreadServer(answer, tcp=True) as server:  # for clients that speak TCP only (SandboxFusion's)
         assert server.url.startswith("http://127.0.0.1:")
 
-
-def test_a_socket_left_by_a_killed_server_is_replaced_and_a_live_one_is_not(tmp_path: Path) -> None:
-    path = tmp_path / "router.sock"
-    with socket.socket(socket.AF_UNIX) as killed:  # bound, never closed by a server: nobody listens
-        killed.bind(str(path))
-    listener = listen_unix(path)
-    try:
-        assert stat.S_IMODE(path.stat().st_mode) == 0o600
-        with pytest.raises(errors.Conflict, match="already listens"):
-            listen_unix(path)
-        with socket.socket(socket.AF_UNIX) as client:
-            client.connect(str(path))  # the live one kept its socket
-    finally:
-        listener.close()
-
-
-def test_a_socket_path_that_cannot_work_is_refused_with_the_reason(tmp_path: Path) -> None:
-    regular = tmp_path / "notes.txt"
-    regular.write_text("keep me")
-    with pytest.raises(errors.InvalidRequest, match="not a socket"):
-        listen_unix(regular)
-    assert regular.read_text() == "keep me"
-    with pytest.raises(errors.InvalidRequest, match=f"at most {MAX_SOCKET_PATH} bytes"):
-        listen_unix(tmp_path / ("x" * 120) / "router.sock")
-
-
-def test_a_unix_url_needs_an_absolute_path() -> None:
-    with pytest.raises(errors.InvalidRequest, match="absolute path"):
-        SandboxClient("unix://router.sock")
-    with pytest.raises(errors.InvalidRequest, match="absolute path"):
-        AsyncSandboxClient("unix://run/router.sock")

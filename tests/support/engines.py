@@ -47,14 +47,18 @@ def teardown_engine(engine: Engine) -> None:
 
 
 _V2_NAMES = {"memory.limit_in_bytes": "memory.max", "memory.max_usage_in_bytes": "memory.peak",
-             "memory.failcnt": "memory.events"}
+             "memory.failcnt": "memory.events", "memory.usage_in_bytes": "memory.current", "cpuacct.usage": "cpu.stat"}
 
 
-def cgroup_value(engine: Engine, sandbox: Container, controller: str, name: str) -> str:
-    """One file of the sandbox's cgroup on the host (v1 names; mapped to v2 where the host has v2)."""
-    record = engine.store.container(sandbox.id)
+def cgroup_file(engine: Engine, container_id: str, controller: str, name: str) -> Path:
+    """One file of the container's cgroup on the host (v1 names; mapped to v2 where the host has v2)."""
+    record = engine.store.container(container_id)
     assert record is not None
     relative = engine.cgroups.path_for(record.oci_id).lstrip("/")
     if engine.cgroups.v2:
-        return (Path("/sys/fs/cgroup") / relative / _V2_NAMES.get(name, name)).read_text().strip()
-    return (Path("/sys/fs/cgroup") / controller / relative / name).read_text().strip()
+        return Path("/sys/fs/cgroup") / relative / _V2_NAMES.get(name, name)
+    return Path("/sys/fs/cgroup") / controller / relative / name
+
+
+def cgroup_value(engine: Engine, sandbox: Container, controller: str, name: str) -> str:
+    return cgroup_file(engine, sandbox.id, controller, name).read_text().strip()

@@ -6,11 +6,12 @@ import asyncio
 import gc
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
+from jsonschema import Draft202012Validator
 
 from rollbox.server import create_app
 from rollbox.server.app import YOUNG_OBJECTS
@@ -216,6 +217,45 @@ async def test_the_openapi_document_describes_every_route_it_serves(http: httpx.
             assert answer.status_code in ((200, 404) if public and concrete != path else (200, 401)), (
                 method, path, answer.text)
             assert "no such route" not in answer.text, (method, path)
+
+
+PYDANTIC_ONLY = {"gt", "ge", "lt", "le", "multiple_of", "max_digits", "decimal_places", "allow_inf_nan"}
+"""Constraint names pydantic writes into a schema when it cannot place them: no JSON Schema keyword."""
+
+
+def keywords(schema: Any) -> Iterator[str]:
+    """Every keyword a schema uses, at any depth (the names under `properties` are fields, not keywords)."""
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            yield key
+            for child in value.values() if key in ("properties", "$defs") else [value]:
+                yield from keywords(child)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from keywords(item)
+
+
+async def test_the_openapi_schemas_speak_json_schema(http: httpx.AsyncClient) -> None:
+    schemas = (await http.get("/openapi.json")).json()["components"]["schemas"]
+    assert {"anyOf", "exclusiveMinimum", "pattern"} <= set(keywords(list(schemas.values())))
+    assert not PYDANTIC_ONLY & set(keywords(list(schemas.values())))
+
+
+@pytest.mark.parametrize(("value", "taken"), [(300, True), (0.5, True), ("5m", True), ("250ms", True),
+                                              (" 2h ", True), (0, False), (-1, False), ("soon", False),
+                                              ("5 minutes", False)])
+async def test_shutdown_after_is_documented_as_what_the_server_takes(http: httpx.AsyncClient, value: Any,
+                                                                      taken: bool) -> None:
+    """The document said `gt` (no JSON Schema keyword) and a number alone, while `5m` is taken: a client checking
+    its request against the document now agrees with the server, for a claim and for a moved end alike."""
+    schemas = (await http.get("/openapi.json")).json()["components"]["schemas"]
+    sandbox = (await claim(http))["id"]
+    for model, method, path, body in (
+            ("ClaimRequest", "POST", "/v1/sandboxes", {"warmpool": "p", "shutdown_after": value}),
+            ("ShutdownAfterRequest", "PUT", f"/v1/sandboxes/{sandbox}/shutdown_after", {"shutdown_after": value})):
+        valid = Draft202012Validator(schemas[model]["properties"]["shutdown_after"]).is_valid(value)
+        answer = await http.request(method, path, json=body)
+        assert (valid, answer.status_code != 422) == (taken, taken), (model, value, answer.text)
 
 
 # -- serving ----------------------------------------------------------------------------------------

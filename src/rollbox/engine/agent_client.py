@@ -108,10 +108,8 @@ class _Collector:
 
 
 def _lost(container_id: str) -> SandboxNotRunning:
-    return SandboxNotRunning(
-        f"container {container_id}: its agent stopped answering (deleted, paused or killed): reset it or "
-        "start a new one"
-    )
+    return SandboxNotRunning("no longer answers (deleted, paused or killed): reset it or start a new one",
+                             container_id=container_id)
 
 
 class AgentClient:

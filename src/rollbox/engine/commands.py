@@ -28,7 +28,7 @@ def agent_request(record: ContainerRecord, runtime: Runtime, rootfs: Path, comma
                   stdin: bytes | str | None, output_limit: int | None, isolated: bool) -> AgentRequest:
     """The request for one command; `user` is looked up in the container's own /etc under `rootfs`."""
     if record.state == "paused":
-        raise SandboxNotRunning(f"container {record.id} is paused: resume it before running commands")
+        raise SandboxNotRunning("is paused: resume it before running commands", container_id=record.id)
     if isolated and not runtime.isolates_commands:
         raise InvalidRequest(f"{record.runtime} cannot run isolated commands: use a runc template, or run the "
                              "command without isolation")

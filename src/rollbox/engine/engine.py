@@ -15,7 +15,6 @@ import os
 import secrets
 import shutil
 import socket
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from rollbox.engine.agent_client import AgentRequest, OutputCallback
 from rollbox.engine.builder import Builder, Progress
 from rollbox.engine.cgroups import Cgroups
 from rollbox.engine.checkpoints import Checkpoints
+from rollbox.engine.collection import Collection, has_frozen_layers
 from rollbox.engine.commands import agent_request
 from rollbox.engine.container import Container, ContainerInfo
 from rollbox.engine.files import ContainerFiles
@@ -32,7 +32,7 @@ from rollbox.engine.images.registry import Credentials, RegistrySettings
 from rollbox.engine.images.store import ImageStore, PulledImage
 from rollbox.engine.launcher import Launcher
 from rollbox.engine.layering import Layering
-from rollbox.engine.layers import UPPER_PREFIX, LayerStore
+from rollbox.engine.layers import LayerStore
 from rollbox.engine.lifecycle import Lifecycle
 from rollbox.engine.live import Live
 from rollbox.engine.network import Networks
@@ -82,9 +82,10 @@ class Engine:
         self._records = self._lifecycle.records
         self._record = self._lifecycle.record
         self._locked = self._lifecycle.locked
+        self._started = self._lifecycle.started
         self._layering = Layering(self._lifecycle, self.cgroups, self.delete)
         self._live = Live(self._lifecycle, self.delete)
-        self._lock = threading.Lock()  # one collection of layers at a time
+        self._collection = Collection(self.store, self.layers, self.checkpoints)
         if recover:
             self.recover()
 
@@ -111,7 +112,7 @@ class Engine:
 
     def delete_template(self, name: str) -> None:
         self.store.delete_template(name)
-        self.collect_layers()
+        self._collection.collect_layers()
 
     # -- container lifecycle ----------------------------------------------------------------
 
@@ -146,11 +147,13 @@ class Engine:
 
     def exit_fd(self, container_id: str) -> int | None:
         """See `Launcher.exit_fd`."""
-        return self.launcher.exit_fd(self._record(container_id))
+        return self.launcher.exit_fd(self._started(container_id))
 
     def stopped(self, container_id: str) -> bool:
-        """See `Launcher.stopped`."""
-        return self.launcher.stopped(self._record(container_id))
+        """Whether the container has stopped: it failed to start again (`Lifecycle.relaunch`), or see
+        `Launcher.stopped`."""
+        record = self._record(container_id)
+        return record.state == "stopped" or self.launcher.stopped(record)
 
     def listen(self, container_id: str, host: str, port: int) -> socket.socket:
         """A socket of this process listening on (host, port) inside the container's network (`netns.py`)."""
@@ -183,10 +186,10 @@ class Engine:
             if record.state == "paused":
                 self.cgroups.freeze(record.oci_id, False)
             self._lifecycle.destroy(record)
-        if _has_frozen_layers(record.image):
-            self.collect_layers()
+        if has_frozen_layers(record.image):
+            self._collection.collect_layers()
         if record.checkpoint or record.baseline.checkpoint:
-            self.collect_checkpoints()
+            self._collection.collect_checkpoints()
 
     # -- state operations -------------------------------------------------------------------
 
@@ -196,8 +199,8 @@ class Engine:
             record = self._record(container_id)
             old_image = record.image
             self._lifecycle.reset(record)
-        if _has_frozen_layers(old_image):
-            self.collect_layers()
+        if has_frozen_layers(old_image):
+            self._collection.collect_layers()
 
     def fork(self, container_id: str, count: int) -> list[Container]:
         """Gives `count` new containers starting from this one's files (`layering`), and from its processes and
@@ -205,7 +208,7 @@ class Engine:
         if not 1 <= count <= MAX_FORK:
             raise InvalidRequest(f"fork count must be between 1 and {MAX_FORK}")
         with self._locked(container_id):
-            parent = self._record(container_id)
+            parent = self._started(container_id)
             self.launcher.check_startable(parent, "fork")
             if self.carries_memory(container_id):
                 children = self._live.fork(self._awake(parent), count)
@@ -217,26 +220,26 @@ class Engine:
         """Saves the container's files (and, where its runtime can checkpoint, its processes and memory) under
         `name`; new containers can start from it."""
         with self._locked(container_id):
-            record = self._record(container_id)
+            record = self._started(container_id)
             self.launcher.check_startable(record, "snapshot")
             if not self.carries_memory(container_id):
                 now = self._layering.snapshot(record, name)
                 return SnapshotInfo(name=name, template=record.template, created_at=now, source=record.id)
             now = self._live.snapshot(self._awake(record), name)
-            self.collect_checkpoints()  # the image of a snapshot this one replaced
+            self._collection.collect_checkpoints()  # the image of a snapshot this one replaced
             return SnapshotInfo(name=name, template=record.template, created_at=now, source=record.id, memory=True,
                                 size=self.snapshot_size(name))
 
     def snapshots(self) -> list[SnapshotInfo]:
         return [SnapshotInfo(name=n, template=t, created_at=c, source=s, memory=i.checkpoint is not None,
-                             size=self._image_size(i)) for n, t, i, s, c in self.store.snapshots()]
+                             size=self._collection.image_size(i)) for n, t, i, s, c in self.store.snapshots()]
 
     def delete_snapshot(self, name: str) -> None:
         if self.store.snapshot(name) is None:
             raise SnapshotNotFound(f"snapshot {name!r} does not exist")
         self.store.delete_snapshot(name)
-        self.collect_layers()
-        self.collect_checkpoints()
+        self._collection.collect_layers()
+        self._collection.collect_checkpoints()
 
     # -- processes and memory (gVisor: engine/live.py) ---------------------------------------
 
@@ -247,15 +250,7 @@ class Engine:
 
     def snapshot_size(self, name: str) -> int | None:
         found = self.store.snapshot(name)
-        return None if found is None else self._image_size(found[1])
-
-    def _image_size(self, image: Image) -> int:
-        """Bytes a snapshot holds of its own: its files (the frozen upper on top) and its checkpoint image."""
-        top = image.layers[0] if image.layers and image.layers[0].startswith(UPPER_PREFIX) else None
-        files = self.layers.upper_bytes(top) if top and self.layers.exists(top) else 0
-        with contextlib.suppress(OSError):
-            files += self.checkpoints.size(image.checkpoint) if image.checkpoint else 0
-        return files
+        return None if found is None else self._collection.image_size(found[1])
 
     def _awake(self, record: ContainerRecord) -> ContainerRecord:
         """The record of a container that runs, restoring one in standby first (callers hold its lock)."""
@@ -265,21 +260,17 @@ class Engine:
 
     def _woken(self, container_id: str) -> ContainerRecord:
         """The container's record, resuming it first if it is in standby: its next call wakes it."""
-        record = self._record(container_id)
+        record = self._started(container_id)
         if record.state == "standby":
             with self._locked(container_id):
                 self._awake(self._record(container_id))
         return record
 
-    def collect_checkpoints(self) -> None:
-        """Removes checkpoint images no snapshot or container needs any more."""
-        self.checkpoints.collect(self.store.referenced_checkpoints())
-
     def pause(self, container_id: str) -> None:
         """Freezes every process of the container: it uses no CPU and keeps its memory and files. Where the
         runtime can checkpoint (gVisor), it goes to standby instead: saved to disk, holding no memory."""
         with self._locked(container_id):
-            record = self._record(container_id)
+            record = self._started(container_id)
             if record.state == "running" and self.carries_memory(container_id):
                 self._live.standby(record)
             elif record.state == "running":
@@ -333,13 +324,13 @@ class Engine:
 
     def processes(self, container_id: str) -> ContainerProcesses:
         """The container's background processes, terminals and shell sessions."""
-        record = self._record(container_id)
+        record = self._started(container_id)
         return ContainerProcesses(self.launcher.agent_client(record),
                                   lambda command, **options: self._agent_request(container_id, command, **options)[1],
                                   record.limits["output"])
 
     def stats(self, container_id: str) -> SandboxStats:
-        return self.launcher.stats(self._record(container_id))
+        return self.launcher.stats(self._started(container_id))
 
     def usage(self, container_id: str, *, cpu_only: bool = False) -> accounting.Usage:
         """The counters a claim's cost is accounted from (rollbox.node.cost); `cpu_only` reads one file."""
@@ -355,21 +346,10 @@ class Engine:
         self.volumes.recover()
         recovery.adopt(self._lifecycle)
         recovery.remove_orphans(self.launcher, list(self._records.values()), self.builder.work_dir)
-        self.collect_layers()
-        self.collect_checkpoints()
+        self._collection.collect_layers()
+        self._collection.collect_checkpoints()
         if any(record.expires_at for record in self._records.values()):
             self._lifecycle.reaper.ensure()
-
-    def collect_layers(self) -> None:
-        """Removes container-made layers (frozen uppers) that no container or snapshot uses any more."""
-        with self._lock:
-            # List first, then read what is referenced: an upper is recorded before it is created,
-            # so every upper in the listing is in the references read after it.
-            candidates = [layer for layer in self.layers.all_ids() if layer.startswith(UPPER_PREFIX)]
-            used = self.store.referenced_layers()
-            for layer in candidates:
-                if layer not in used:
-                    self.layers.remove(layer)
 
     def delete_volume(self, key: str) -> None:
         """Deletes a volume once no container binds it (waiting a little for containers being deleted)."""
@@ -382,8 +362,8 @@ class Engine:
                 self.delete(record.id)
         for name, *_ in self.store.snapshots():
             self.store.delete_snapshot(name)
-        self.collect_layers()
-        self.collect_checkpoints()
+        self._collection.collect_layers()
+        self._collection.collect_checkpoints()
         self.cgroups.prune()
 
     def destroy(self) -> None:
@@ -415,8 +395,3 @@ class Engine:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-
-def _has_frozen_layers(image: Image) -> bool:
-    """Whether dropping a container over `image` can leave a frozen upper unused: only then is `collect_layers`
-    worth its cost, which grows with the number of containers."""
-    return any(layer.startswith(UPPER_PREFIX) for layer in image.layers)

@@ -137,7 +137,7 @@ class Launcher:
             deadline = time.monotonic() + HOLD_TIMEOUT
             while socket_path.exists():
                 if time.monotonic() > deadline:
-                    raise SandboxNotRunning(f"container {record.id}: its agent did not let go of its socket")
+                    raise SandboxNotRunning("did not let go of its agent's socket", container_id=record.id)
                 time.sleep(0.001)
             runtime.checkpoint(record.oci_id, image, self.bundle_dir / record.id / "agent.log")
         finally:
@@ -183,7 +183,7 @@ class Launcher:
         try:
             return self.runtime(record.runtime).init_pidfd(record.oci_id)
         except ProcessLookupError:
-            raise SandboxNotRunning(f"container {record.id} has stopped: reset it or start a new one") from None
+            raise SandboxNotRunning("has stopped: reset it or start a new one", container_id=record.id) from None
 
     def stopped(self, record: ContainerRecord) -> bool:
         """Whether the container has stopped, told by its init's pidfd: no round trip to the agent, so a

@@ -53,7 +53,7 @@ class Layering:
             try:
                 results = [pool.submit(lifecycle.launch, child, seed) for child in children]
                 if not copied:
-                    results.append(pool.submit(lifecycle.launch, parent))
+                    results.append(pool.submit(lifecycle.relaunch, parent))
                 errors = [f.exception() for f in results if f.exception()]
             finally:
                 if hold:
@@ -70,5 +70,5 @@ class Layering:
         image = self.lifecycle.freeze_upper(record)
         now = time.time()
         self.lifecycle.store.put_snapshot(name, record.template, image, record.id, now)
-        self.lifecycle.launch(record)
+        self.lifecycle.relaunch(record)
         return now

@@ -1,6 +1,9 @@
 """The steps every operation on a container shares: its record, its lock, and the moves that start it on a new
 upper, start it again, freeze its upper into a layer and remove it.
 
+A container that ran before and fails to start again (after a reset, a snapshot or a fork, or in recovery) is
+kept, `stopped`: its calls answer that it is not running, and a reset starts it afresh.
+
 The engine's operations (engine.py, the file-only fork and snapshot of `layering`, and `live`'s that carry
 processes and memory) are made of these steps, so each of them is here once and none of those modules
 reaches into another's.
@@ -22,7 +25,7 @@ from rollbox.engine.launcher import Launcher
 from rollbox.engine.layers import LayerStore
 from rollbox.engine.store import ContainerRecord, Image, Store
 from rollbox.engine.templates import Templates
-from rollbox.errors import RestoreFailed, RuntimeUnavailable, SandboxNotFound
+from rollbox.errors import RestoreFailed, RuntimeUnavailable, SandboxNotFound, SandboxNotRunning
 from rollbox.spec import Limits
 
 
@@ -48,7 +51,15 @@ class Lifecycle:
     def record(self, container_id: str) -> ContainerRecord:
         record = self.records.get(container_id)
         if record is None:
-            raise SandboxNotFound(f"container {container_id!r} does not exist (deleted, expired or never created)")
+            raise SandboxNotFound("does not exist (deleted, expired or never created)", container_id=container_id)
+        return record
+
+    def started(self, container_id: str) -> ContainerRecord:
+        """The record of a container that can take calls: one that is `stopped` answers so."""
+        record = self.record(container_id)
+        if record.state == "stopped":
+            raise SandboxNotRunning("is stopped (it failed to start again): reset it to start it afresh",
+                                    container_id=container_id)
         return record
 
     def reload(self) -> list[ContainerRecord]:
@@ -103,6 +114,20 @@ class Lifecycle:
         if record.expires_at:
             self.reaper.ensure()
 
+    def relaunch(self, record: ContainerRecord, checkpoint: str | None = None) -> None:
+        """`launch` for a container that ran before: one that fails to start is kept, `stopped`."""
+        try:
+            self.launch(record, checkpoint=checkpoint, keep=True)
+        except BaseException:
+            self.stopped(record)
+            raise
+
+    def stopped(self, record: ContainerRecord) -> None:
+        """Marks a container that failed to start again `stopped`, with nothing of it left running."""
+        self.launcher.stop(record)
+        record.state = "stopped"
+        self.save(record)
+
     def start(self, record: ContainerRecord, checkpoint: Path | None = None) -> None:
         """`Launcher.start` under the network policy of the container's template."""
         self.launcher.start(record, self.templates.network(record.template), checkpoint)
@@ -120,7 +145,11 @@ class Lifecycle:
         record.generation += 1
         record.state = "running"
         self.save(record)
-        self.start(record)
+        try:
+            self.start(record)
+        except BaseException:
+            self.stopped(record)
+            raise
 
     def reset(self, record: ContainerRecord) -> None:
         """Starts the container again on an empty upper over the image it was created from (its template's or
@@ -133,7 +162,7 @@ class Lifecycle:
         standby, record.checkpoint = record.checkpoint, None
         if standby:
             self.checkpoints.remove(standby)
-        self.launch(record, checkpoint=record.baseline.checkpoint)
+        self.relaunch(record, checkpoint=record.baseline.checkpoint)
 
     def freeze_upper(self, record: ContainerRecord) -> Image:
         """Stops the container and turns its upper into a read-only layer on top of its image; the caller starts

@@ -96,7 +96,7 @@ class Live:
         try:
             self.lifecycle.launch(record, None, image_id, keep=True)
         except (RestoreFailed, RuntimeUnavailable) as error:
-            self.lifecycle.launch(record)
+            self.lifecycle.relaunch(record)
             raise RestoreFailed(f"{error}; the sandbox was started again over its files, without its processes"
                                 ) from None
 
@@ -125,7 +125,7 @@ class Live:
         try:
             lifecycle.start(record, self.checkpoints.restorable(image_id))
         except (RuntimeUnavailable, RestoreFailed) as error:
-            lifecycle.launcher.stop(record)
+            lifecycle.stopped(record)
             raise _restore_failed(image_id, error) from None
         finally:
             record.checkpoint = None

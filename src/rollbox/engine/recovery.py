@@ -19,15 +19,20 @@ from rollbox.errors import SandboxNotRunning
 
 
 def adopt(lifecycle: Lifecycle) -> None:
-    """Reads the store's records again and starts each container that died again over its files; one that cannot
-    start is removed."""
+    """Reads the store's records again and starts each container that died again over its files (one that fails to
+    start stays, `stopped`, for a reset); one whose files are gone is removed."""
     for record in lifecycle.reload():
+        if record.state == "stopped":
+            continue
         try:
-            if not still_running(lifecycle.launcher, record):
-                lifecycle.restart(record)
+            running = still_running(lifecycle.launcher, record)
         except Exception:
             with contextlib.suppress(Exception):
                 lifecycle.destroy(record)
+            continue
+        if not running:
+            with contextlib.suppress(Exception):
+                lifecycle.restart(record)
 
 
 def still_running(launcher: Launcher, record: ContainerRecord) -> bool:
@@ -35,7 +40,7 @@ def still_running(launcher: Launcher, record: ContainerRecord) -> bool:
     over its files. SandboxNotRunning when its files are gone too."""
     upper, _ = launcher.layers.upper_dirs(record.upper)
     if not upper.is_dir() or any(not launcher.layers.exists(layer) for layer in record.image.layers):
-        raise SandboxNotRunning(f"container {record.id} lost its files (was the machine restarted?)")
+        raise SandboxNotRunning("lost its files (was the machine restarted?)", container_id=record.id)
     if record.state == "paused" and launcher.cgroups.is_frozen(record.oci_id):
         return True
     if record.state == "standby":  # on disk, resumed on its next call (a missing image fails then, clearly)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, WithJsonSchema
 
 from rollbox.models.sandboxes import MAX_EXEC_TIMEOUT, MAX_PATH, ExecResult, Request
 
@@ -25,7 +25,9 @@ def _signal_number(value: Any) -> Any:
     return value
 
 
-Signal = Annotated[int, BeforeValidator(_signal_number), Field(ge=1, le=64)]
+Signal = Annotated[int, BeforeValidator(_signal_number), Field(ge=1, le=64), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 64}, {"type": "string", "pattern": "^[A-Za-z0-9]+$"}]})]
+"""A signal by number, or by name (`SIGTERM`, `term`); the schema says so in JSON Schema's words."""
 
 
 class PtySize(BaseModel):

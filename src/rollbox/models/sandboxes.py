@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from rollbox.spec import Bytes, Cores, ModelGateway, VolumeMount, parse_seconds, volume_name
+from rollbox.spec import Bytes, Cores, ModelGateway, VolumeMount, number_or_unit, parse_seconds, volume_name
 
 MAX_FORK = 64
 """The most sandboxes one fork makes."""
@@ -16,7 +16,8 @@ MAX_EXEC_TIMEOUT = 365 * 86400.0
 MAX_PATH = 4096
 """Characters a working directory has at most: the kernel's PATH_MAX."""
 
-PositiveSeconds = Annotated[float, BeforeValidator(parse_seconds), Field(gt=0)]
+PositiveSeconds = Annotated[float, BeforeValidator(parse_seconds), Field(gt=0),
+                            number_or_unit({"type": "number", "exclusiveMinimum": 0})]
 SandboxState = Literal["running", "paused", "stopped"]
 ApplyStatus = Literal["created", "configured", "unchanged"]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from typing import Any
 
 import pydantic_core
 
-from rollbox.errors import SandboxNotFound, SandboxNotRunning
+from rollbox.errors import AboutSandbox, SandboxNotFound
 from rollbox.models import SandboxInfo
 
 _TRANSIENT = {"last_used", "busy", "lock"}
@@ -79,16 +78,16 @@ def environment(claim: Claim, env: dict[str, str] | None) -> dict[str, str] | No
 
 
 def gone(sandbox_id: str) -> SandboxNotFound:
-    return SandboxNotFound(f"sandbox {sandbox_id!r} does not exist (deleted, expired or never created)")
+    return SandboxNotFound("does not exist (deleted, expired or never created)", sandbox_id=sandbox_id)
 
 
 @contextlib.contextmanager
 def as_sandbox(claim: Claim) -> Iterator[None]:
-    """Retells the engine's not-found and not-running errors about the claim's container as errors about its
-    sandbox: the tenant never sees a container id. The container is the one serving the claim on entry."""
-    container_id, sandbox_id = claim.container_id, claim.sandbox_id
+    """Retells the engine's errors about a container during a call on the claim (its own, or one a reset or fork
+    starts for it) as errors about its sandbox: the tenant never sees a container id."""
     try:
         yield
-    except (SandboxNotFound, SandboxNotRunning) as error:
-        text = re.sub(rf"\bcontainer ('?){re.escape(container_id)}\1", rf"sandbox \g<1>{sandbox_id}\1", str(error))
-        raise type(error)(text.replace(container_id, sandbox_id)) from error
+    except AboutSandbox as error:
+        if error.container_id is None or error.sandbox_id is not None:
+            raise
+        raise error.retold(claim.sandbox_id) from error

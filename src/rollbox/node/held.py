@@ -67,7 +67,7 @@ class HeldClaims:
         thread when it is paused for idleness."""
         claim = self.get(tenant, sandbox_id)
         if claim.paused == "user":
-            raise SandboxNotRunning(f"sandbox {sandbox_id} is paused: resume it before {doing}")
+            raise SandboxNotRunning(f"is paused: resume it before {doing}", sandbox_id=sandbox_id)
         with self.lock:
             claim.busy += 1
             idle = claim.paused == "idle"

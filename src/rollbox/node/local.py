@@ -8,7 +8,8 @@ is async) and a warm claim (popping a pool and one SQLite write).
 The node composes its parts: `Capacity` (room and quotas), `Resources` (templates, warm pools, starts),
 `Deletions` (containers going in the background), `HeldClaims` (the claims, each call's use of one, and
 dropping one), `ClaimWriter` (claims' commits), a `Sweeper` thread (expiry, idle pause, reconciling with the
-engine) and `recover` (what a restart finds).
+engine) and `recover` (what a restart finds); the process and snapshot calls are mixins of their own
+(`ProcessOperations`, `SnapshotOperations`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 from anyio import to_thread
-from pydantic import ValidationError
 
 from rollbox.engine import Engine
 from rollbox.errors import (
@@ -30,7 +30,6 @@ from rollbox.errors import (
     NodeUnavailable,
     NotFound,
     SandboxNotFound,
-    SnapshotNotFound,
 )
 from rollbox.models import (
     MAX_FORK,
@@ -41,7 +40,6 @@ from rollbox.models import (
     ModelCallLog,
     SandboxInfo,
     SandboxStats,
-    SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
     VolumeRequest,
@@ -58,16 +56,17 @@ from rollbox.node.images import ImageOperations, NodeImages
 from rollbox.node.processes import ProcessOperations
 from rollbox.node.recovery import recover
 from rollbox.node.resources import Resources
+from rollbox.node.snapshots import SnapshotOperations
 from rollbox.node.store import NodeStore, snapshot_key
 from rollbox.node.sweeper import Sweeper
 from rollbox.node.volumes import NodeVolumes, read_only
 from rollbox.node.writer import ClaimWriter
-from rollbox.spec import Limits, Metadata, Resource
+from rollbox.spec import Limits, Resource
 
 FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 
 
-class LocalNode(ProcessOperations, ImageOperations):
+class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
     """The `Node` of this machine. Thread-safe; one per engine.
 
     `max_sandboxes` caps every container on the node (claimed, warm, starting, being deleted);
@@ -342,39 +341,6 @@ class LocalNode(ProcessOperations, ImageOperations):
             claim.last_used = time.monotonic()
             self.store.put_claims([claim])
         return claim.info()
-
-    # -- snapshots --------------------------------------------------------------------------
-
-    async def snapshot(self, tenant: str, sandbox_id: str, name: str) -> SnapshotInfo:
-        try:
-            Metadata(name=name)
-        except ValidationError:
-            raise InvalidRequest(f"snapshot name {name!r}: use lowercase letters, digits, '-' or '.', "
-                                 "at most 63 characters") from None
-        return await to_thread.run_sync(self._snapshot, self.held.get(tenant, sandbox_id), name)
-
-    def _snapshot(self, claim: Claim, name: str) -> SnapshotInfo:
-        with self.held.using(claim), self.held.holding(claim):
-            self.held.thaw(claim)
-            info = self.engine.snapshot(claim.container_id, snapshot_key(claim.tenant, name))
-            self.store.put_snapshot(claim.tenant, name, claim.sandbox_id)
-            self.store.put_claims([claim])
-        return info.model_copy(update={"name": name, "source": claim.sandbox_id})
-
-    async def snapshots(self, tenant: str) -> list[SnapshotInfo]:
-        known = {info.name: info for info in self.engine.snapshots()}
-        found = []
-        for _, name, source in self.store.snapshots(tenant):
-            info = known.get(snapshot_key(tenant, name))
-            if info is not None:
-                found.append(info.model_copy(update={"name": name, "source": source}))
-        return found
-
-    async def delete_snapshot(self, tenant: str, name: str) -> None:
-        if not any(row[1] == name for row in self.store.snapshots(tenant)):
-            raise SnapshotNotFound(f"snapshot {name!r} does not exist")
-        await to_thread.run_sync(self.engine.delete_snapshot, snapshot_key(tenant, name))
-        self.store.delete_snapshot(tenant, name)
 
     # -- volumes (docs/volumes.md; the rules are rollbox.node.volumes') ----------------------------
 

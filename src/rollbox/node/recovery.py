@@ -1,7 +1,8 @@
 """What a restarted node finds: the claims and warm pools it recorded, and the containers the engine adopted.
 
-Every claim gets its container back and every pool its ready ones; whatever neither holds is deleted,
-and a claim whose container is gone, or a snapshot the engine lost, is forgotten.
+Every claim gets its container back (one the engine keeps stopped stays so, for a reset) and every pool its
+ready ones; whatever neither holds is deleted, and a claim whose container is gone, or a snapshot the engine
+lost, is forgotten.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ log = logging.getLogger("rollbox.node")
 def recover(engine: Engine, store: NodeStore, capacity: Capacity, resources: Resources, deletions: Deletions
             ) -> list[Claim]:
     """Fills a new node's pools and counts from its store and its engine; returns the claims it holds."""
-    alive = {info.id for info in engine.list()}
+    containers = engine.list()
+    alive = {info.id for info in containers}
+    running = {info.id for info in containers if info.state != "stopped"}
     tenants: Counter[str] = Counter()
     held: set[str] = set()
     claims = []
@@ -44,7 +47,7 @@ def recover(engine: Engine, store: NodeStore, capacity: Capacity, resources: Res
     ready: defaultdict[str, list[str]] = defaultdict(list)
     stale = []
     for container_id, pool in store.pool_containers():  # a claimed container's row stays: its claim wins
-        if container_id in alive and container_id not in held and pool in names:
+        if container_id in running and container_id not in held and pool in names:
             ready[pool].append(container_id)
             held.add(container_id)
         else:

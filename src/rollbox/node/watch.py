@@ -44,6 +44,11 @@ class ExitWatch:
             self._watched[fd] = container_id
             self._epoll.register(fd, select.EPOLLIN)
 
+    def watching(self) -> set[str]:
+        """The containers watched now."""
+        with self._lock:
+            return set(self._watched.values())
+
     def close(self) -> None:
         """Stops watching and closes every descriptor; closing twice is harmless."""
         if self._closed:

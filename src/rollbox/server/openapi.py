@@ -71,7 +71,8 @@ def _failures(spec: RouteSpec) -> list[int]:
     """The error statuses an operation can answer, from what it takes."""
     named = "{" in spec.path or spec.body is not None  # a sandbox, template, warm pool or snapshot, by name
     makes = spec.method == "POST" and spec.path.startswith("/v1/sandboxes")  # may start a sandbox
-    flags = {400: True, 401: spec.auth, 403: spec.admin, 404: named, 409: "{" in spec.path,
+    creates = spec.method == "POST" and spec.status == 201  # what it makes may exist already, or its volume be in use
+    flags = {400: True, 401: spec.auth, 403: spec.admin, 404: named, 409: "{" in spec.path or creates,
              413: spec.body is not None, 422: spec.body is not None or bool(spec.query), 429: makes}
     return [status for status, applies in flags.items() if applies]
 
