@@ -122,7 +122,8 @@ def node_options() -> argparse.ArgumentParser:
 def node_settings(args: argparse.Namespace) -> dict[str, Any]:
     """`node_options` as the engine's and node's keyword arguments."""
     from rollbox.engine.images.registry import RegistrySettings
-    from rollbox.spec import Limits, parse_bytes
+    from rollbox.spec import Limits
+    from rollbox.units import parse_bytes
 
     mirrors: dict[str, tuple[str, ...]] = {}
     for host, mirror in pairs(args.registry_mirror, "HOST=MIRROR").items():

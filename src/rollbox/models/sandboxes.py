@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from rollbox.spec import Bytes, Cores, ModelGateway, VolumeMount, number_or_unit, parse_seconds, volume_name
+from rollbox.spec import ModelGateway, VolumeMount, volume_name
+from rollbox.units import Bytes, Cores, number_or_unit, parse_seconds
 
 MAX_FORK = 64
 """The most sandboxes one fork makes."""
