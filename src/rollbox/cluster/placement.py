@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from rollbox.cluster.view import NodeState
 
@@ -69,3 +69,34 @@ def _rank(warmpool: str | None, ready: Mapping[tuple[str, str], int]) -> Callabl
         return (-warm if warm > 0 else 0, load, node.name)
 
     return rank
+
+
+class ReadyEstimate:
+    """Ready warm sandboxes per (node, pool), as the nodes last reported them, less the claims sent there since: what
+    a router ranks claims by between two health reports."""
+
+    def __init__(self) -> None:
+        self.ready: dict[tuple[str, str], int] = {}
+        self._reported: Mapping[str, NodeState] | None = None
+
+    def refresh(self, view: Mapping[str, NodeState]) -> None:
+        """Starts again from the nodes' reports when the router has looked at them since."""
+        if view is self._reported:
+            return
+        self._reported = view
+        self.ready = {(node.name, pool): held.get("ready", 0) for node in view.values() if node.status == "up"
+                      for pool, held in node.pools.items()}
+
+    def candidates(self, nodes: Iterable[NodeState], warmpool: str | None) -> Iterator[str]:
+        """The nodes a claim tries, best first; the others are ranked only if the best refuses."""
+        nodes = list(nodes)
+        first = first_choice(nodes, warmpool, self.ready)
+        if first is None:
+            return
+        yield first
+        yield from (name for name in claim_order(nodes, warmpool, self.ready) if name != first)
+
+    def took(self, node: str, warmpool: str | None) -> None:
+        """A claim of `warmpool` was sent to `node`: one ready sandbox fewer there, until its next report."""
+        if warmpool:
+            self.ready[(node, warmpool)] = self.ready.get((node, warmpool), 0) - 1

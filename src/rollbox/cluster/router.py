@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import httpx
 
 from rollbox.cluster.images import ClusterImages
-from rollbox.cluster.placement import claim_order, first_choice
+from rollbox.cluster.placement import ReadyEstimate
 from rollbox.cluster.pools import ClusterPool, read_pools
 from rollbox.cluster.remote import RemoteNode, no_progress
 from rollbox.cluster.view import NodeState
@@ -71,9 +71,7 @@ class ClusterNode(ImageOperations):
         options = {} if tick is None else {"tick": tick}
         self.watcher = Watcher(members, self._remote, node_capacity=node_capacity, release_idle=release_idle,
                                **options)
-        self._ready: dict[tuple[str, str], int] = {}
-        """Ready warm sandboxes per (node, pool), as last reported, less the claims sent there since."""
-        self._reported: dict[str, NodeState] | None = None
+        self._ready = ReadyEstimate()
         self._volumes = ClusterVolumes(self._remote, self._answering)
         self._images = self.image_service = ClusterImages(self._remote, self._answering, self._serving, self._on_each)
         self.data_plane = data_plane
@@ -153,15 +151,13 @@ class ClusterNode(ImageOperations):
             nodes = await self._holding_snapshot(tenant, request.snapshot, nodes)
         if request.volumes:
             nodes = await self._volumes.for_claim(tenant, request.volumes, nodes)
-        self._refresh_ready()
+        self._ready.refresh(self.watcher.view)
         refused: Exception | None = None
         candidates = self._images.order(request.image, nodes) if request.image and not request.warmpool else \
-            self._candidates(nodes, request.warmpool)
+            self._ready.candidates(nodes, request.warmpool)
         for name in candidates:
             node = self.watcher.view[name]
-            if request.warmpool:
-                key = (name, request.warmpool)
-                self._ready[key] = self._ready.get(key, 0) - 1
+            self._ready.took(name, request.warmpool)
             try:
                 info = await self._remote(node.url).claim(tenant, request)
                 if request.image:
@@ -172,22 +168,6 @@ class ClusterNode(ImageOperations):
         if isinstance(refused, CapacityExceeded):
             raise refused
         raise NodeUnavailable("no node of the cluster serves claims now: see the router's /healthz")
-
-    def _candidates(self, nodes: list[NodeState], warmpool: str | None) -> Iterator[str]:
-        """The nodes a claim tries, best first; the others are ranked only if the best refuses."""
-        first = first_choice(nodes, warmpool, self._ready)
-        if first is None:
-            return
-        yield first
-        yield from (name for name in claim_order(nodes, warmpool, self._ready) if name != first)
-
-    def _refresh_ready(self) -> None:
-        view = self.watcher.view
-        if view is self._reported:
-            return
-        self._reported = view
-        self._ready = {(node.name, pool): held.get("ready", 0) for node in view.values() if node.status == "up"
-                       for pool, held in node.pools.items()}
 
     async def _holding_snapshot(self, tenant: str, name: str, nodes: list[NodeState]) -> list[NodeState]:
         held = await asyncio.gather(*(self._remote(node.url).snapshots(tenant) for node in nodes),

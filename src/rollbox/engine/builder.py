@@ -74,8 +74,8 @@ class _State:
 
 
 class Builder:
-    def __init__(self, layers: LayerStore, runtime: Runtime, work_dir: Path, cgroups: Cgroups, images: ImageStore
-                 ) -> None:
+    def __init__(self, layers: LayerStore, runtime: Runtime, work_dir: Path, cgroups: Cgroups,
+                 images: ImageStore) -> None:
         self.layers = layers
         self.images = images
         self.runtime = runtime
