@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rollbox import errors
 from rollbox.client import SandboxClient
@@ -65,17 +66,17 @@ class TaskSpec:
     factor: int
 
 
-def write_task(root: Path, base: str, task: TaskSpec, *, network_mode: str | None = None) -> Path:
-    """A Harbor task: sum the numbers of its environment's file, times `factor`, into /app/answer.txt."""
+def write_task(root: Path, base: str, task: TaskSpec, *, network_mode: str | None = None,
+               prebuilt: bool = False) -> Path:
+    """A Harbor task: sum the numbers of its environment's file, times `factor`, into /app/answer.txt. `prebuilt`:
+    the task names `base` as its docker_image instead of building a Dockerfile FROM it (Harbor then uploads
+    environment/ into the workdir)."""
     directory = root / task.name
     numbers = [task.environment * 7 + n for n in range(1, 11)]
     files = {
-        "task.toml": _task_toml(network_mode),
+        "task.toml": _task_toml(network_mode, base if prebuilt else None),
         "instruction.md": f"Write the sum of the numbers in /app/data/numbers.txt, times {task.factor}, to "
                           "/app/answer.txt.\n",
-        "environment/Dockerfile": f"FROM {base}\nWORKDIR /app\nCOPY data/ /app/data/\n"
-                                  "RUN python3 -c \"print(len(open('/app/data/numbers.txt').read().split()))\" "
-                                  "> /app/data/count\n",
         "environment/data/numbers.txt": "\n".join(map(str, numbers)) + "\n",
         "solution/solve.sh": "#!/bin/bash\nset -euo pipefail\ncd /app\n"
                              "python3 -c \"import sys; print(sum(map(int, open('data/numbers.txt').read().split()))"
@@ -92,6 +93,10 @@ def write_task(root: Path, base: str, task: TaskSpec, *, network_mode: str | Non
             sys.exit(0 if got == expected else 1)
             """),
     }
+    if not prebuilt:
+        files["environment/Dockerfile"] = (
+            f"FROM {base}\nWORKDIR /app\nCOPY data/ /app/data/\n"
+            "RUN python3 -c \"print(len(open('/app/data/numbers.txt').read().split()))\" > /app/data/count\n")
     for relative, text in files.items():
         path = directory / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,11 +106,16 @@ def write_task(root: Path, base: str, task: TaskSpec, *, network_mode: str | Non
     return directory
 
 
-def _task_toml(network_mode: str | None) -> str:
-    network = f'network_mode = "{network_mode}"\n' if network_mode else ""
-    return ('schema_version = "1.4"\n\n[metadata]\n\n[verifier]\ntimeout_sec = 120.0\n\n'
-            '[agent]\ntimeout_sec = 120.0\n\n'
-            f"[environment]\nbuild_timeout_sec = 600.0\ncpus = 1\nmemory_mb = 512\nstorage_mb = 256\n{network}")
+def _task_toml(network_mode: str | None, image: str | None) -> str:
+    environment = ["build_timeout_sec = 600.0", "cpus = 1", "memory_mb = 512", "storage_mb = 256"]
+    if network_mode:
+        environment.append(f'network_mode = "{network_mode}"')
+    if image:
+        environment += [f'docker_image = "{image}"', 'workdir = "/app"']
+    ready = "/app/data/numbers.txt" if image else "/app/data/count"
+    return "\n".join(['schema_version = "1.4"', "[metadata]", "[verifier]", "timeout_sec = 120.0", "[agent]",
+                      "timeout_sec = 120.0", "[environment]", *environment, "[environment.healthcheck]",
+                      f'command = "test -f {ready}"']) + "\n"
 
 
 def write_tasks(root: Path, base: str, count: int, environments: int) -> list[TaskSpec]:
@@ -117,13 +127,15 @@ def write_tasks(root: Path, base: str, count: int, environments: int) -> list[Ta
 
 
 @contextlib.contextmanager
-def rollbox_serve(data_dir: Path, insecure: str) -> Iterator[str]:
-    """`rollbox serve` in a child process on a unix socket, trusting the registry `insecure` over plain HTTP;
-    yields its URL. Stopping it deletes its sandboxes; then its engine's templates and mounts go too."""
+def rollbox_serve(data_dir: Path, registry: str) -> Iterator[str]:
+    """`rollbox serve` in a child process on a unix socket, reaching the loopback `registry` over plain HTTP, and
+    through it as Docker Hub's mirror (as a public dataset's `FROM python:3.11-slim` is pulled); yields its URL.
+    Stopping it deletes its sandboxes; then its engine's templates and mounts go too."""
     data_dir.mkdir(parents=True, exist_ok=True)
     socket = data_dir.parent / f"{data_dir.name}.sock"
     argv = [sys.executable, "-c", "from rollbox.cli import main; main()", "serve", "--data-dir", str(data_dir),
-            "--socket", str(socket), "--insecure-registry", insecure, "--delete-on-exit", "--max-sandboxes", "32"]
+            "--socket", str(socket), "--insecure-registry", registry,
+            "--registry-mirror", f"docker.io={registry}", "--delete-on-exit", "--max-sandboxes", "32"]
     process = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     url = f"unix://{socket}"
     try:
@@ -151,24 +163,29 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
             time.sleep(0.1)
 
 
-def harbor_run(url: str, tasks: Path, jobs: Path, job: str, agent: str, *, concurrency: int = 4,
-               extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    """`harbor run` over the task directory with the rollbox environment; the job's files land in jobs/job."""
-    argv = [str(HARBOR), "run", "--path", str(tasks), "--agent", agent, "--env", ENVIRONMENT, "--jobs-dir", str(jobs),
-            "--job-name", job, "--n-concurrent", str(concurrency), "--yes", "--quiet", *extra]
-    env = {**os.environ, "ROLLBOX_URL": url, "PYTHONPATH": str(ROOT / "src"), "HARBOR_TELEMETRY": "0"}
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+def harbor_run(url: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """`harbor run` with `arguments`, reaching rollbox at `url`; the tests' own agents are importable
+    (`tests.support.harbor_probe:ProbeAgent`)."""
+    env = {**os.environ, "ROLLBOX_URL": url, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "HARBOR_TELEMETRY": "0"}
+    return subprocess.run([str(HARBOR), "run", "--yes", *arguments], env=env, capture_output=True, text=True,
+                          timeout=1800)
 
 
-def trial_results(job_dir: Path) -> dict[str, dict]:
-    """Harbor's result.json of each trial of a job, by task name."""
-    results = {}
-    for path in sorted(job_dir.glob("*/result.json")):
-        result = json.loads(path.read_text())
-        results[result["task_name"]] = result
-    return results
+def run_flags(tasks: Path, jobs: Path, job: str, agent: str, concurrency: int) -> list[str]:
+    """The flags of a `harbor run` over a task directory with the rollbox environment."""
+    return ["--path", str(tasks), "--agent", agent, "--env", ENVIRONMENT, "--jobs-dir", str(jobs), "--job-name", job,
+            "--n-concurrent", str(concurrency), "--quiet"]
 
 
-def reward(result: dict) -> float | None:
+def trial_results(job_dir: Path) -> dict[Path, dict[str, Any]]:
+    """Harbor's result.json of each trial of a job, by the trial's directory."""
+    return {path.parent: json.loads(path.read_text()) for path in sorted(job_dir.glob("*/result.json"))}
+
+
+def reward(result: dict[str, Any]) -> float | None:
     verifier = result.get("verifier_result") or {}
     return (verifier.get("rewards") or {}).get("reward")
+
+
+def agent(result: dict[str, Any]) -> str:
+    return str(result["agent_info"]["name"])

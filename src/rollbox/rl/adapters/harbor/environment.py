@@ -112,8 +112,13 @@ class RollboxEnvironment(BaseEnvironment):
         if self.options.nameservers and not self._network_disabled:
             resolv = "".join(f"nameserver {server}\n" for server in self.options.nameservers)
             await self._sandbox.files.write("/etc/resolv.conf", resolv, mode=0o644)
-        await self.ensure_dirs(self._mount_targets(writable_only=True))
+        workdir = self.task_env_config.workdir
+        if workdir:  # Docker makes a container's working directory when its image lacks it
+            await self._sandbox.commands.run(["mkdir", "-p", workdir], cwd="/", user="root")
         await self._upload_environment_dir_after_start()
+        made = await self.ensure_dirs(self._mount_targets(writable_only=True))
+        if made is not None and made.return_code != 0:
+            raise RuntimeError(f"could not make Harbor's directories in the sandbox: {made.stderr or made.stdout}")
         self.account.start_s = time.monotonic() - started
 
     async def stop(self, delete: bool) -> None:
