@@ -39,9 +39,14 @@ def network(mode: str, allowed_hosts: Sequence[str] = (), nameservers: Sequence[
 
 def sets_user(text: str) -> bool:
     """Whether the Dockerfile's last stage, or a stage it is built on, names a `USER` (else Docker runs it as the
-    base image's user, root for almost every image)."""
+    base image's user, root for almost every image). A Dockerfile that does not parse names none: its build says
+    what is wrong with it."""
+    try:
+        commands = dockerfile.parse_string(text)
+    except dockerfile.GoParseError:
+        return False
     stages: list[tuple[str | None, str, bool]] = []  # (name, FROM what, sets a user)
-    for command in dockerfile.parse_string(text):
+    for command in commands:
         if command.cmd == "FROM" and command.value:
             words = command.value
             name = words[2].lower() if len(words) >= 3 and words[1].upper() == "AS" else None
