@@ -25,6 +25,8 @@ class Account:
     the template there."""
     build_s: float = 0.0
     """Building (or finding) the template, waiting for another trial's build included."""
+    claim_s: float = 0.0
+    """Claiming the sandbox: a cold start of the template with the task's limits."""
     start_s: float = 0.0
     """The whole start: the template, the claim, Harbor's directories."""
     exec_calls: int = 0

@@ -102,7 +102,8 @@ class RollboxEnvironment(BaseEnvironment):
         self._client = AsyncSandboxClient(self.options.url)
         with self.account.timing("build_s"):
             template = await self._template(force_build)
-        self._sandbox = await self._client.create_sandbox(template=template, limits=self._limits() or None)
+        with self.account.timing("claim_s"):
+            self._sandbox = await self._client.create_sandbox(template=template, limits=self._limits() or None)
         self.account.sandbox = self._sandbox.id
         self.logger.debug(f"rollbox sandbox {self._sandbox.id} of template {template}")
         for bash in BASH:
