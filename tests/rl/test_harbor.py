@@ -125,16 +125,26 @@ def test_oracle_passes_nop_fails_and_every_call_behaves_as_dockers(url: str, tas
 def test_a_second_job_builds_nothing_and_a_prebuilt_image_runs_as_it_is(url: str, tasks: Path, base: str,
                                                                        tmp_path: Path) -> None:
     """The templates of the first job are the router's: a new Harbor process finds them; a docker_image task
-    starts its image with environment/ uploaded into its workdir, as Harbor's Docker environment does."""
+    starts its image with environment/ uploaded into its workdir, as Harbor's Docker environment does. With
+    `--no-delete` the sandboxes stay, labelled with their trials, until their `shutdown_after`."""
     shutil.copytree(tasks, tmp_path / "tasks")
     write_task(tmp_path / "tasks", base, TaskSpec("prebuilt", 2, 6), prebuilt=True)
-    done = harbor_run(url, *run_flags(tmp_path / "tasks", tmp_path / "jobs", "again", "oracle", 4))
+    done = harbor_run(url, *run_flags(tmp_path / "tasks", tmp_path / "jobs", "again", "oracle", 4), "--no-delete",
+                      "--ek", "shutdown_after=600")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = trial_results(tmp_path / "jobs" / "again")
     assert {result["task_name"]: reward(result) for result in results.values()} == \
         {"sum-a": 1.0, "sum-b": 1.0, "sum-c": 1.0, "offline": 1.0, "prebuilt": 1.0}
     built = {result["task_name"]: account.read(trial)["built"] for trial, result in results.items()}  # type: ignore[index]
     assert built == {"sum-a": False, "sum-b": False, "sum-c": False, "offline": False, "prebuilt": True}
+    with SandboxClient(url) as client:
+        kept = client.list_sandboxes()
+        assert sorted(sandbox.info.labels["harbor.task"] for sandbox in kept) == sorted(built)
+        assert {sandbox.info.labels["harbor.trial"] for sandbox in kept} == \
+            {f"{trial.name}__env" for trial in results}
+        assert all(sandbox.info.expires_at is not None for sandbox in kept)
+        for sandbox in kept:
+            sandbox.delete()
 
 
 def test_a_router_that_does_not_answer_stops_the_job_before_any_trial(tasks: Path, tmp_path: Path) -> None:

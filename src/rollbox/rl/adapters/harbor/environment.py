@@ -44,6 +44,8 @@ class RollboxOptions(EnvironmentOptions):
     runtime: Literal["runc", "runsc"] = Field("runc", description="runc, or gVisor's runsc (no allowlists).")
     image_user: str | None = Field(None, description="The user commands run as when Harbor names none; by default "
                                    "the Dockerfile's USER, else root (as Docker).")
+    shutdown_after: float | None = Field(None, description="Seconds after which rollbox deletes a trial's sandbox "
+                                         "whatever happens to the Harbor process that claimed it (none by default).")
     nameservers: list[str] = Field(default_factory=list, description="Resolvers the sandbox may reach and uses "
                                    "(written to /etc/resolv.conf) when its network is not no-network.")
 
@@ -103,7 +105,9 @@ class RollboxEnvironment(BaseEnvironment):
         with self.account.timing("build_s"):
             template = await self._template(force_build)
         with self.account.timing("claim_s"):
-            self._sandbox = await self._client.create_sandbox(template=template, limits=self._limits() or None)
+            self._sandbox = await self._client.create_sandbox(
+                template=template, limits=self._limits() or None, shutdown_after=self.options.shutdown_after,
+                labels={"harbor.trial": self.session_id, "harbor.task": self.environment_name})
         self.account.sandbox = self._sandbox.id
         self.logger.debug(f"rollbox sandbox {self._sandbox.id} of template {template}")
         for bash in BASH:
