@@ -70,7 +70,8 @@ def tasks(base: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_oracle_passes_nop_fails_and_every_call_behaves_as_dockers(url: str, tasks: Path, tmp_path: Path) -> None:
     config = {"job_name": "mixed", "jobs_dir": str(tmp_path), "n_concurrent_trials": 4,
               "environment": {"import_path": ENVIRONMENT},
-              "agents": [{"name": "oracle"}, {"name": "nop"}, {"import_path": "tests.support.harbor_probe:ProbeAgent"}],
+              "agents": [{"name": "oracle"}, {"name": "nop"}, {"import_path": "tests.support.harbor_probe:ProbeAgent"},
+                         {"import_path": "tests.support.harbor_probe:LinkPlantingAgent"}],
               "datasets": [{"path": str(tasks)}]}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
     done = harbor_run(url, "--config", str(tmp_path / "job.yaml"))
@@ -78,20 +79,20 @@ def test_oracle_passes_nop_fails_and_every_call_behaves_as_dockers(url: str, tas
 
     job = tmp_path / "mixed"
     results = trial_results(job)
-    assert len(results) == 12
+    assert len(results) == 16
     assert all(result["exception_info"] is None for result in results.values()), \
         [result["exception_info"] for result in results.values() if result["exception_info"]]
     rewards = collections.defaultdict(list)
     for result in results.values():
         rewards[agent(result)].append(reward(result))
-    assert rewards == {"oracle": [1.0] * 4, "nop": [0.0] * 4, "rollbox-probe": [1.0] * 4}
+    assert rewards == {"oracle": [1.0] * 4, "nop": [0.0] * 4, "rollbox-probe": [1.0] * 4, "rollbox-links": [0.0] * 4}
 
     # Harbor's own files: the job's summary, each trial's reward, the verifier's output and the oracle's log.
     summary = json.loads((job / "result.json").read_text())
-    assert summary["n_total_trials"] == summary["stats"]["n_completed_trials"] == 12
+    assert summary["n_total_trials"] == summary["stats"]["n_completed_trials"] == 16
     assert {name: run["metrics"] for name, run in summary["stats"]["evals"].items()} == \
         {f"oracle__{tasks.name}": [{"mean": 1.0}], f"nop__{tasks.name}": [{"mean": 0.0}],
-         f"rollbox-probe__{tasks.name}": [{"mean": 1.0}]}
+         f"rollbox-probe__{tasks.name}": [{"mean": 1.0}], f"rollbox-links__{tasks.name}": [{"mean": 0.0}]}
     for trial, result in results.items():
         assert (trial / "verifier" / "reward.txt").read_text().strip() == str(int(reward(result) or 0))
         assert (trial / "verifier" / "test-stdout.txt").is_file()
@@ -106,6 +107,10 @@ def test_oracle_passes_nop_fails_and_every_call_behaves_as_dockers(url: str, tas
             assert all(probe["checks"].values()), probe["checks"]
             offline = result["task_name"] == "offline"
             assert ("default via" in probe["seen"]["route"]) is not offline, probe["seen"]
+        if agent(result) == "rollbox-links":  # what the agent left came down, less the links out of it
+            logs = trial / "agent"
+            assert (logs / "note.txt").read_text() == "mine\n" and (logs / "inside").readlink() == Path("note.txt")
+            assert {path.name for path in logs.iterdir() if path.is_symlink()} == {"inside", "here"}
 
     # One template per environment and network, built once for all the trials that share it.
     accounts = [account.read(trial) for trial in results]
@@ -113,7 +118,7 @@ def test_oracle_passes_nop_fails_and_every_call_behaves_as_dockers(url: str, tas
     by_template = collections.defaultdict(list)
     for entry in accounts:
         by_template[entry["template"]].append(entry["built"])
-    assert sorted(map(len, by_template.values())) == [3, 3, 6]
+    assert sorted(map(len, by_template.values())) == [4, 4, 8]
     assert all(built.count(True) == 1 for built in by_template.values()), by_template
     for entry in accounts:
         assert 0 < entry["command_s"] <= entry["exec_s"] and entry["rollbox_s"] > 0

@@ -89,3 +89,23 @@ async def _transfers(environment: BaseEnvironment, scratch: Path) -> dict[str, b
         and (back / "link").readlink() == Path("a.txt"),
         "download_file": (scratch / "b.txt").read_bytes() == bytes(range(256)),
     }
+
+
+class LinkPlantingAgent(BaseAgent):
+    """Leaves links in its logs directory that lead out of it (absolute, climbing, through another link) and one
+    that stays inside, and solves nothing: Harbor downloads that directory into the trial's on this machine."""
+
+    @staticmethod
+    def name() -> str:
+        return "rollbox-links"
+
+    def version(self) -> str:
+        return "1"
+
+    async def setup(self, environment: BaseEnvironment) -> None:
+        return None
+
+    async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        await environment.exec("cd /logs/agent && echo mine > note.txt && ln -s note.txt inside "
+                               "&& ln -s /etc/hostname absolute && ln -s ../../../../../../etc/hostname climbing "
+                               "&& ln -s . here && ln -s here/../../../../../../etc/hostname through")

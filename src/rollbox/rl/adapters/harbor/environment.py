@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
+import shutil
 import stat
 import tempfile
 import time
@@ -32,7 +32,6 @@ from rollbox.models import ApplyEvent
 from rollbox.rl.adapters.harbor import templates
 from rollbox.rl.adapters.harbor.account import Account
 
-log = logging.getLogger(__name__)
 BASH = ("/bin/bash", "/usr/bin/bash")
 
 
@@ -251,12 +250,30 @@ class RollboxEnvironment(BaseEnvironment):
             target.write_bytes(data)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        """Copies `source_dir`'s contents into `target_dir`, over what is there."""
-        with self.account.timing("download_s"):
-            await self._running().files.download_dir(source_dir, target_dir)
+        """Copies `source_dir`'s contents into `target_dir`, over what is there. What comes out of a sandbox is the
+        agent's: a symlink in it that leads out of the directory (`/etc/passwd`, `../../..`) is dropped, so that
+        nothing Harbor reads or uploads from the trial's directory can be a file of this machine."""
+        with self.account.timing("download_s"), tempfile.TemporaryDirectory(prefix="rollbox-harbor-") as scratch:
+            await self._running().files.download_dir(source_dir, scratch)
+            for link in _drop_links_out(Path(scratch)):
+                self.logger.warning(f"not copied from the sandbox: {source_dir}/{link}, a link out of the directory")
+            shutil.copytree(scratch, target_dir, symlinks=True, dirs_exist_ok=True)
 
 
 def _forget_failed(builds: dict[Any, asyncio.Future[bool]], key: Any, done: asyncio.Future[bool]) -> None:
     """A build that failed is tried again by the next trial that needs it (Harbor's retries among them)."""
     if done.cancelled() or done.exception() is not None:
         builds.pop(key, None)
+
+
+def _drop_links_out(root: Path) -> list[Path]:
+    """Removes the symlinks under `root` that resolve (as this machine would follow them) outside it, until none
+    does; returns them, relative to `root`."""
+    inside, dropped = root.resolve(), []
+    while True:
+        out = [path for path in root.rglob("*") if path.is_symlink() and not path.resolve().is_relative_to(inside)]
+        if not out:
+            return dropped
+        for path in out:
+            path.unlink()
+            dropped.append(path.relative_to(root))
