@@ -19,8 +19,10 @@ import yaml
 PUBLIC_EGRESS = "0.0.0.0/0"
 """Harbor's `public` network: every IPv4 destination. rollbox still never lets a sandbox reach its host or another
 sandbox (docs/engine.md, Network)."""
-LIMITS = {"output": "16Mi", "upload": "1Gi"}
-"""An agent's command output and the logs Harbor downloads are larger than a reward's: these are per template."""
+LIMITS = {"memory": "2Gi", "disk": "10Gi", "pids": 4096, "output": "16Mi", "upload": "1Gi"}
+"""What a task that names no resources gets (Harbor's own task defaults for memory and storage; room for an agent's
+processes and threads), and room for an agent's command output and the logs Harbor downloads. A task's `cpus`,
+`memory_mb` and `storage_mb` override the first ones per claim."""
 
 
 def network(mode: str, allowed_hosts: Sequence[str] = (), nameservers: Sequence[str] = ()) -> dict[str, Any]:
