@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what rollbox needs on a Debian machine, once: OCI runtimes (runc, gVisor's runsc), image
 # tools, nftables for egress allowlists, a C compiler for the exec agent, nginx for a cluster router's edge
-# (docs/cluster.md), a registry and htpasswd for the image tests (docs/images.md), and a virtualenv with rollbox
-# in it (python3-venv, for a Debian python3). Fast when already done.
+# (docs/cluster.md), a registry and htpasswd for the image tests (docs/images.md), a virtualenv with rollbox
+# in it (python3-venv, for a Debian python3), and Harbor's own virtualenv (.venv-harbor: Harbor needs Python 3.12 or
+# newer, docs/harbor.md). Fast when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,4 +35,26 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/pip install -q --no-deps --ignore-requires-python nemo-gym==0.7.0
   rm -f .venv/.installed-*
   touch "$stamp"
+fi
+
+# Harbor needs Python 3.12 or newer: its own virtualenv, from the first such interpreter found (pyenv's too).
+harbor_stamp=".venv-harbor/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+if [ ! -f "$harbor_stamp" ]; then
+  harbor_python=""
+  for candidate in python3.12 python3.13 python3.14 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3; do
+    if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      harbor_python="$candidate"
+      break
+    fi
+  done
+  if [ -n "$harbor_python" ]; then
+    echo "creating .venv-harbor ($("$harbor_python" --version))"
+    rm -rf .venv-harbor
+    "$harbor_python" -m venv .venv-harbor
+    .venv-harbor/bin/pip install -q --upgrade pip >/dev/null
+    .venv-harbor/bin/pip install -q -e '.[harbor]'
+    touch "$harbor_stamp"
+  else
+    echo "no Python 3.12 or newer here: Harbor's tests will be skipped (docs/harbor.md)" >&2
+  fi
 fi
