@@ -267,6 +267,17 @@ def volume_name(name: str) -> str:
     return name
 
 
+class Machine(Model):
+    """What a deterministic sandbox's commands are told they run on, whatever the host is (docs/determinism.md)."""
+
+    kernel: str = Field("6.1.0-rollbox", pattern=r"^[A-Za-z0-9._+~-]{1,64}$")
+    """The kernel release `uname -r` shows."""
+    cpus: int | None = Field(None, ge=1, le=1024)
+    """The processors `nproc` and /proc/cpuinfo show; the CPU limit, rounded up, when not given."""
+    memory: Bytes | None = None
+    """The memory `free` and /proc/meminfo show; the memory limit when not given."""
+
+
 class TemplateSpec(Model):
     base: str = "host"
     steps: list[Step] = Field(default_factory=list)
@@ -278,6 +289,10 @@ class TemplateSpec(Model):
     workdir: str | None = None
     volumes: list[VolumeMount] = Field(default_factory=list)
     """Mounted into every sandbox claimed from the template (a claim's own volumes come on top)."""
+    deterministic: bool = False
+    """Every sandbox runs in deterministic mode (docs/determinism.md), on seed 0 unless its claim gives one."""
+    machine: Machine = Field(default_factory=Machine)
+    """What a deterministic sandbox says it runs on."""
 
     @field_validator("base")
     @classmethod

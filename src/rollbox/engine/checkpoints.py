@@ -10,6 +10,7 @@ a crash, a deleted snapshot's) is removed by `collect`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -19,7 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rollbox.engine.launcher import Launcher
-from rollbox.engine.store import ContainerRecord
+from rollbox.engine.layers import UPPER_PREFIX
+from rollbox.engine.store import ContainerRecord, Image
 from rollbox.errors import CapacityExceeded, RestoreFailed
 
 DEFAULT_BUDGET = 64 * 2**30
@@ -44,6 +46,15 @@ class Checkpoints:
     def size(self, image_id: str) -> int:
         """Bytes the image takes on disk."""
         return sum(entry.stat().st_blocks * 512 for entry in os.scandir(self.path(image_id)) if entry.is_file())
+
+    def snapshot_bytes(self, image: Image) -> int:
+        """Bytes a snapshot holds of its own: its files (the frozen upper on top) and its checkpoint image."""
+        layers = self.launcher.layers
+        top = image.layers[0] if image.layers and image.layers[0].startswith(UPPER_PREFIX) else None
+        files = layers.upper_bytes(top) if top and layers.exists(top) else 0
+        with contextlib.suppress(OSError):
+            files += self.size(image.checkpoint) if image.checkpoint else 0
+        return files
 
     def used(self) -> int:
         return sum(self.size(entry.name) for entry in os.scandir(self.root) if entry.is_dir())

@@ -13,11 +13,10 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shutil
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollbox.engine import accounting, mounts, recovery, volumes
+from rollbox.engine import accounting, determinism, mounts, recovery, volumes
 from rollbox.engine.agent import agent_binary, compat_library
 from rollbox.engine.agent_client import AgentRequest, OutputCallback
 from rollbox.engine.builder import Builder, Progress
@@ -82,7 +81,6 @@ class Engine:
         self._locked = self._lifecycle.locked
         self._layering = Layering(self._lifecycle, self.cgroups, self.delete)
         self._live = Live(self._lifecycle, self.delete)
-        self._lock = threading.Lock()  # one collection of layers at a time
         if recover:
             self.recover()
 
@@ -115,11 +113,12 @@ class Engine:
 
     def create(self, template: str | None = None, *, snapshot: str | None = None,
                env: dict[str, str] | None = None, limits: Limits | None = None,
-               labels: dict[str, str] | None = None,
-               volume_mounts: Sequence[tuple[str, str, bool]] = ()) -> Container:
+               labels: dict[str, str] | None = None, volume_mounts: Sequence[tuple[str, str, bool]] = (),
+               seed: int | None = None) -> Container:
         """Starts a container from a built template or a snapshot and waits until its agent answers.
 
-        `volume_mounts` binds named volumes into it: (volume key, mount path, read-only) each."""
+        `volume_mounts` binds named volumes into it: (volume key, mount path, read-only) each. A `seed` (or a template
+        with `spec.deterministic`) makes it deterministic (docs/determinism.md)."""
         if snapshot is not None:
             found = self.store.snapshot(snapshot)
             if found is None:
@@ -132,7 +131,7 @@ class Engine:
         spec = self._templates.get(template).spec
         record = self._lifecycle.new_record(template, spec.runtime, image, limits or spec.limits, env or {},
                                             labels or {})
-        record.snapshot = snapshot
+        record.snapshot, record.determinism = snapshot, determinism.settings(spec, Limits(**record.limits), seed)
         record.volumes = [volumes.attachment(self.volumes.get(key), path, ro) for key, path, ro in volume_mounts]
         self._lifecycle.launch(record, checkpoint=image.checkpoint)
         return Container(self, record.id)
@@ -173,6 +172,11 @@ class Engine:
 
     # -- state operations -------------------------------------------------------------------
 
+    def seed(self, container_id: str, seed: int) -> None:
+        """Starts a deterministic container's clock, random streams and file times again at `seed`'s start."""
+        with self._locked(container_id):
+            self._lifecycle.reseed(self._record(container_id), seed)
+
     def reset(self, container_id: str) -> None:
         """Puts the container back to the state it was created from (its template or snapshot)."""
         with self._locked(container_id):
@@ -190,10 +194,13 @@ class Engine:
         with self._locked(container_id):
             parent = self._record(container_id)
             self.launcher.check_startable(parent, "fork")
+            state = self.launcher.determinism_state(self._awake(parent))
             if self.carries_memory(container_id):
-                children = self._live.fork(self._awake(parent), count)
+                children = self._live.fork(parent, count)
             else:
                 children = self._layering.fork(parent, count)
+            if state:
+                determinism.seed_fork(self._lifecycle.reseed, parent, children, state)
         return [Container(self, child.id) for child in children]
 
     def snapshot(self, container_id: str, name: str) -> SnapshotInfo:
@@ -212,7 +219,7 @@ class Engine:
 
     def snapshots(self) -> list[SnapshotInfo]:
         return [SnapshotInfo(name=n, template=t, created_at=c, source=s, memory=i.checkpoint is not None,
-                             size=self._image_size(i)) for n, t, i, s, c in self.store.snapshots()]
+                             size=self.checkpoints.snapshot_bytes(i)) for n, t, i, s, c in self.store.snapshots()]
 
     def delete_snapshot(self, name: str) -> None:
         if self.store.snapshot(name) is None:
@@ -230,15 +237,7 @@ class Engine:
 
     def snapshot_size(self, name: str) -> int | None:
         found = self.store.snapshot(name)
-        return None if found is None else self._image_size(found[1])
-
-    def _image_size(self, image: Image) -> int:
-        """Bytes a snapshot holds of its own: its files (the frozen upper on top) and its checkpoint image."""
-        top = image.layers[0] if image.layers and image.layers[0].startswith(UPPER_PREFIX) else None
-        files = self.layers.upper_bytes(top) if top and self.layers.exists(top) else 0
-        with contextlib.suppress(OSError):
-            files += self.checkpoints.size(image.checkpoint) if image.checkpoint else 0
-        return files
+        return None if found is None else self.checkpoints.snapshot_bytes(found[1])
 
     def _awake(self, record: ContainerRecord) -> ContainerRecord:
         """The record of a container that runs, restoring one in standby first (callers hold its lock)."""
@@ -312,7 +311,8 @@ class Engine:
         record = self._woken(container_id)
         files = ContainerFiles(str(self.launcher.rootfs(record.id)), record.home, record.uid, record.gid,
                                Limits(**record.limits).upload)
-        return volumes.MountedFiles(files, self.volumes, record.volumes) if record.volumes else files  # type: ignore[return-value]
+        files = volumes.MountedFiles(files, self.volumes, record.volumes) if record.volumes else files  # type: ignore[assignment]
+        return determinism.SettledFiles(files) if record.determinism else files  # type: ignore[return-value]
 
     def processes(self, container_id: str) -> ContainerProcesses:
         """The container's background processes, terminals and shell sessions."""
@@ -345,14 +345,7 @@ class Engine:
 
     def collect_layers(self) -> None:
         """Removes container-made layers (frozen uppers) that no container or snapshot uses any more."""
-        with self._lock:
-            # List first, then read what is referenced: an upper is recorded before it is created,
-            # so every upper in the listing is in the references read after it.
-            candidates = [layer for layer in self.layers.all_ids() if layer.startswith(UPPER_PREFIX)]
-            used = self.store.referenced_layers()
-            for layer in candidates:
-                if layer not in used:
-                    self.layers.remove(layer)
+        self._lifecycle.collect_layers()
 
     def delete_volume(self, key: str) -> None:
         """Deletes a volume once no container binds it (waiting a little for containers being deleted)."""

@@ -19,7 +19,7 @@ from rollbox.engine import accounts
 from rollbox.engine.checkpoints import Checkpoints
 from rollbox.engine.expiry import Reaper
 from rollbox.engine.launcher import Launcher
-from rollbox.engine.layers import LayerStore
+from rollbox.engine.layers import UPPER_PREFIX, LayerStore
 from rollbox.engine.store import ContainerRecord, Image, Store
 from rollbox.engine.templates import Templates
 from rollbox.errors import RestoreFailed, RuntimeUnavailable, SandboxNotFound
@@ -44,6 +44,7 @@ class Lifecycle:
         self.reaper = Reaper(self.records, delete)
         self._lock = threading.RLock()
         self._container_locks: dict[str, threading.RLock] = {}
+        self._collecting = threading.Lock()  # one collection of layers at a time
 
     def record(self, container_id: str) -> ContainerRecord:
         record = self.records.get(container_id)
@@ -135,6 +136,11 @@ class Lifecycle:
             self.checkpoints.remove(standby)
         self.launch(record, checkpoint=record.baseline.checkpoint)
 
+    def reseed(self, record: ContainerRecord, seed: int, state: bytes | None = None) -> None:
+        """`Launcher.reseed`, recorded."""
+        self.launcher.reseed(record, seed, state)
+        self.save(record)
+
     def freeze_upper(self, record: ContainerRecord) -> Image:
         """Stops the container and turns its upper into a read-only layer on top of its image; the caller starts
         it again over that layer."""
@@ -144,6 +150,17 @@ class Lifecycle:
         record.generation += 1
         record.state = "running"
         return record.image
+
+    def collect_layers(self) -> None:
+        """Removes container-made layers (frozen uppers) that no container or snapshot uses any more."""
+        with self._collecting:
+            # List first, then read what is referenced: an upper is recorded before it is created,
+            # so every upper in the listing is in the references read after it.
+            candidates = [layer for layer in self.layers.all_ids() if layer.startswith(UPPER_PREFIX)]
+            used = self.store.referenced_layers()
+            for layer in candidates:
+                if layer not in used:
+                    self.layers.remove(layer)
 
     def destroy(self, record: ContainerRecord) -> None:
         """Takes the container off the machine and forgets it."""

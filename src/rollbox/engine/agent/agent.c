@@ -11,6 +11,7 @@
  *                  l output cap per stream | i stdin bytes | c close stdin | s signal | x run | P ping
  *                  I isolated: run in a throw-away copy of the sandbox (see isolate() in command.c)
  *                  H hold: close the socket while the host checkpoints (see hold() below)
+ *                  D set / Q read a deterministic sandbox's clock, streams and file times (det.c)
  *   agent -> host  p pid | o stdout | r stderr | z "exit signal timed_out out_trunc err_trunc" | P pong
  * Background processes (B, L, A), which outlive their connection, are described in processes.c.
  * Closing the connection before the command ends kills the command's process tree.
@@ -77,6 +78,26 @@ static void handle(int conn, int sigfd) {
 
 static const char *socket_path; /* --path only */
 
+/* Pings and the D and Q frames are answered by the main process itself, without forking a handler: process ids
+ * are then taken by commands alone, as the same commands take the same ones (docs/determinism.md). Returns 1 if
+ * it answered; 0 leaves the connection to a handler. */
+static int answer_here(int conn) {
+    struct pollfd readable = {conn, POLLIN, 0};
+    unsigned char header[5];
+    if (poll(&readable, 1, 100) != 1 || recv(conn, header, 5, MSG_PEEK | MSG_DONTWAIT) != 5) return 0;
+    if (header[0] != 'P' && header[0] != 'D' && header[0] != 'Q') return 0;
+    struct timeval limit = {1, 0}; /* the main process never waits long on one connection */
+    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    char *data;
+    uint32_t len;
+    int type = read_frame(conn, &data, &len);
+    if (type < 0) return 1;
+    if (type == 'P') send_frame(conn, 'P', VERSION, sizeof VERSION - 1);
+    else det_frame(conn, type, data, len);
+    free(data);
+    return 1;
+}
+
 static int listen_path(const char *path) {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     strcpy(addr.sun_path, path);
@@ -110,6 +131,11 @@ static int hold(int listener) {
 
 int main(int argc, char **argv) {
     int listener = -1;
+    /* From the environment rather than the command line, which every command's `ps` shows: a sandbox claimed
+     * warm (seeded later by a D frame) and one started with its seed must look alike. */
+    char *deterministic = getenv("ROLLBOX_DETERMINISTIC");
+    if (deterministic) deterministic = strdup(deterministic);
+    unsetenv("ROLLBOX_DETERMINISTIC");
     if (argc == 3 && strcmp(argv[1], "--fd") == 0) {
         listener = atoi(argv[2]);
     } else if (argc == 3 && strcmp(argv[1], "--path") == 0) {
@@ -136,7 +162,8 @@ int main(int argc, char **argv) {
          * own and answer the host's commands, or fill the host's disk through it. */
         if (chown(dir, LOCKOUT_ID, LOCKOUT_ID) < 0) die("lock the socket directory");
     } else {
-        dprintf(2, "usage: %s --fd N | --path SOCKET\n", argv[0]);
+        dprintf(2, "usage: [ROLLBOX_DETERMINISTIC=SEED,NOW,BOOT,EPOCH,CPUS,MEMORY,RELEASE] %s --fd N | --path SOCKET\n",
+                argv[0]);
         return 2;
     }
     drop_capability(CAP_CHOWN);
@@ -152,6 +179,7 @@ int main(int argc, char **argv) {
     set_nonblock(listener);
     for (int fd = 3; fd < 1024; fd++)
         if (fd != listener) close(fd);
+    if (deterministic) det_open(deterministic);
     signal(SIGPIPE, SIG_IGN);
     sigset_t chld;
     sigemptyset(&chld);
@@ -163,8 +191,9 @@ int main(int argc, char **argv) {
     registry_open();
 
     for (;;) {
-        struct pollfd fds[3] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}, {registry[0], POLLIN, 0}};
-        if (poll(fds, 3, -1) < 0) {
+        struct pollfd fds[4] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}, {registry[0], POLLIN, 0},
+                                {det_fifo, POLLOUT, 0}};
+        if (poll(fds, 4, -1) < 0) {
             if (errno == EINTR) continue;
             die("poll");
         }
@@ -175,10 +204,15 @@ int main(int argc, char **argv) {
             pid_t reaped;
             while ((reaped = waitpid(-1, NULL, WNOHANG)) > 0) proc_reaped(reaped);
         }
+        if (fds[3].revents & POLLOUT) det_refill();
         registry_drain();
         if (!(fds[0].revents & POLLIN)) continue;
         int conn;
         while (registry_drain(), (conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+            if (answer_here(conn)) {
+                close(conn);
+                continue;
+            }
             pid_t handler = fork();
             if (handler == 0) {
                 /* A signalfd reports the signals of the process that created it (under gVisor
@@ -186,6 +220,7 @@ int main(int argc, char **argv) {
                 close(listener);
                 close(sigfd);
                 close(registry[0]);
+                if (det_fifo >= 0) close(det_fifo);
                 int own = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
                 if (own < 0) die("signalfd");
                 handle(conn, own);

@@ -1,0 +1,84 @@
+/*
+ * The virtual machine a deterministic sandbox's commands see (docs/determinism.md): one shared page that the
+ * agent makes and steps at each command (det.c), and that the library preloaded into commands reads and
+ * advances (determinism.c). Included by both, and by nothing else.
+ */
+#ifndef ROLLBOX_DET_H
+#define ROLLBOX_DET_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DET_PAGE_PATH "/dev/.rollbox-determinism"
+#define DET_LIBRARY "/.rollbox/determinism.so"
+#define DET_MAGIC 0x3174656478626c72ULL
+#define DET_SECOND 1000000000LL
+#define DET_TICK 1000LL /* ns each reading of a clock advances it */
+#define DET_ANCHORS 16384
+#define DET_FIFO_SIZE (1 << 20)
+#define DET_DEVICES 128
+
+/* A filesystem's device number (st_dev), and the one it shows: its place in the sandbox's mount table, which is
+ * the same in every sandbox of a template, where the kernel numbers anonymous devices as they come. */
+struct det_device {
+    uint64_t real, virt;
+};
+
+/* From this real time on (ns, as the filesystems stamp files), file times read as `virt`. */
+struct det_anchor {
+    int64_t real, virt;
+};
+
+/* What the host asks for (the D frame) and what it reads back (Q): little-endian, packed as engine/determinism.py
+ * packs it. */
+struct det_state {
+    uint64_t seed;
+    int64_t now;  /* the virtual CLOCK_REALTIME, ns since 1970 */
+    int64_t boot; /* the virtual boot instant: CLOCK_MONOTONIC and CLOCK_BOOTTIME read now - boot */
+    int64_t epoch; /* what a file stamped before the first anchor shows: the template's fixed time */
+    uint64_t random_pos, fifo_pos; /* bytes of getrandom's stream and of /dev/urandom's handed out */
+    uint32_t anchors;
+    uint32_t pad;
+} __attribute__((packed));
+
+struct det_page {
+    uint64_t magic;
+    uint64_t seed;
+    _Atomic int64_t now;
+    int64_t boot, epoch;
+    _Atomic uint64_t random_pos;
+    _Atomic uint32_t dirty;   /* a process opened a file for writing, renamed or removed one since the last start */
+    uint32_t cpus;
+    uint64_t memory;
+    _Atomic int64_t last_end; /* real time (ns) the last command ended */
+    char release[65], version[65], machine[65];
+    uint32_t devices;
+    struct det_device device[DET_DEVICES];
+    _Atomic uint32_t anchors;
+    struct det_anchor anchor[DET_ANCHORS];
+};
+
+/* splitmix64's finaliser: the seeded streams are blocks of it over a counter. Not a cryptographic generator:
+ * a deterministic sandbox's randomness is known to whoever knows its seed, by design. */
+static inline uint64_t det_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t det_key(uint64_t seed, uint64_t stream) { return det_mix(seed ^ det_mix(stream)); }
+
+/* Bytes [pos, pos + n) of the stream `key`. */
+static inline void det_stream(uint64_t key, uint64_t pos, unsigned char *out, size_t n) {
+    uint64_t block = det_mix(key + (pos / 8) * 0x9e3779b97f4a7c15ULL);
+    for (size_t i = 0; i < n; i++, pos++) {
+        if (pos % 8 == 0 && i) block = det_mix(key + (pos / 8) * 0x9e3779b97f4a7c15ULL);
+        out[i] = (unsigned char)(block >> (8 * (pos % 8)));
+    }
+}
+
+#define DET_RANDOM_STREAM 1 /* getrandom, getentropy, arc4random */
+#define DET_FIFO_STREAM 2   /* /dev/urandom and /dev/random */
+
+#endif
