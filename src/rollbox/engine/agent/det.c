@@ -85,10 +85,14 @@ static void number_devices(void) {
     while (det->devices < DET_DEVICES && fgets(line, sizeof line, info))
         if (sscanf(line, "%*d %*d %u:%u", &major, &minor) == 2) {
             uint64_t real = makedev(major, minor);
-            uint32_t i;
-            for (i = 0; i < det->devices && det->device[i].real != real; i++) {
+            uint32_t i, n = atomic_load(&det->devices);
+            for (i = 0; i < n && det->device[i].real != real; i++) {
             }
-            if (i == det->devices) det->device[det->devices++] = (struct det_device){real, makedev(0, 64 + i)};
+            if (i == n) {
+                det->device[n].real = real;
+                atomic_store(&det->device[n].virt, makedev(0, 64 + n));
+                atomic_store(&det->devices, n + 1);
+            }
         }
     fclose(info);
 }

@@ -19,10 +19,12 @@
 #define DET_FIFO_SIZE (1 << 20)
 #define DET_DEVICES 128
 
-/* A filesystem's device number (st_dev), and the one it shows: its place in the sandbox's mount table, which is
- * the same in every sandbox of a template, where the kernel numbers anonymous devices as they come. */
+/* A filesystem's device number (st_dev), and the one it shows: its place in the sandbox's mount table, or (for the
+ * devices overlayfs makes up for its layers) in the order the episode first met it; the kernel numbers anonymous
+ * devices as they come, across sandboxes. `virt` is set last: 0 while an entry is being written. */
 struct det_device {
-    uint64_t real, virt;
+    uint64_t real;
+    _Atomic uint64_t virt;
 };
 
 /* From this real time on (ns, as the filesystems stamp files), file times read as `virt`. */
@@ -53,7 +55,7 @@ struct det_page {
     uint64_t memory;
     _Atomic int64_t last_end; /* real time (ns) the last command ended */
     char release[65], version[65], machine[65];
-    uint32_t devices;
+    _Atomic uint32_t devices;
     struct det_device device[DET_DEVICES];
     _Atomic uint32_t anchors;
     struct det_anchor anchor[DET_ANCHORS];

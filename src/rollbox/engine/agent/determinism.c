@@ -367,9 +367,13 @@ static int64_t file_time(struct det_page *p, int64_t real) {
 static void fix_timespec(struct det_page *p, struct timespec *t) { *t = ts_of(file_time(p, ns_of(t))); }
 
 static uint64_t device(struct det_page *p, uint64_t real) {
-    for (uint32_t i = 0; i < p->devices && i < DET_DEVICES; i++)
-        if (p->device[i].real == real) return p->device[i].virt;
-    return real;
+    uint32_t n = atomic_load(&p->devices);
+    for (uint32_t i = 0; i < n && i < DET_DEVICES; i++)
+        if (p->device[i].real == real && atomic_load(&p->device[i].virt)) return atomic_load(&p->device[i].virt);
+    if (n >= DET_DEVICES || !atomic_compare_exchange_strong(&p->devices, &n, n + 1)) return real;
+    p->device[n].real = real; /* met for the first time in the episode: the next number */
+    atomic_store(&p->device[n].virt, makedev(0, 64 + n));
+    return makedev(0, 64 + n);
 }
 
 static void fix_stat(struct stat *st) {
