@@ -37,6 +37,8 @@ class ClaimOptions(TypedDict, total=False):
     labels: dict[str, str] | None
     volumes: list[VolumeMount | dict[str, Any]] | None
     """Named volumes to mount: `{"name", "mount_path", "read_only"?, "size"?}` each (docs/volumes.md)."""
+    seed: int | None
+    """Deterministic mode from this seed (docs/determinism.md)."""
 
 
 class ExecOptions(TypedDict, total=False):

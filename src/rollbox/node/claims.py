@@ -46,6 +46,9 @@ class Claim:
     """The named volumes it mounts (`VolumeMount`s as JSON), held for it whatever container serves it."""
     memory: bool = False
     """Whether it started with the processes and memory of its fork parent or snapshot (gVisor)."""
+    seed: int | None = None
+    """A deterministic sandbox's seed (docs/determinism.md)."""
+    template_digest: str | None = None
     paused: str | None = None
     """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does)."""
     last_used: float = 0.0
@@ -60,7 +63,8 @@ class Claim:
                            state="paused" if self.paused else "running", created_at=self.created_at,
                            expires_at=self.expires_at, idle_pause_after=self.idle_pause_after,
                            snapshot=self.snapshot, parent=self.parent, labels=self.labels,
-                           volumes=self.volumes, memory=self.memory)  # type: ignore[arg-type]
+                           volumes=self.volumes, memory=self.memory, seed=self.seed,  # type: ignore[arg-type]
+                           template_digest=self.template_digest)
 
     def to_json(self) -> str:
         """The stored record, written with pydantic-core (faster than json.dumps; json reads it back)."""
