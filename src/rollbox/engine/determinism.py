@@ -26,12 +26,12 @@ from rollbox.spec import Limits, TemplateSpec
 
 SECOND = 1_000_000_000
 EPOCH = 1_704_067_200
-"""2024-01-01T00:00:00Z: the time every file older than the episode shows (the template's, the host's /usr)."""
+"""2024-01-01T00:00:00Z: the seeds' clocks start within a year after this and 30 days."""
 MAX_SEED = 2**63 - 1
 CLOCK_REALTIME_COARSE = 5
 """The clock the kernel stamps files with (Python's time module does not name it)."""
 _STATE = struct.Struct("<QqqqQQII")
-"""agent/det.h's struct det_state: seed, now, boot, epoch, random_pos, fifo_pos, anchors, pad."""
+"""agent/det.h's struct det_state: seed, now, boot, born, random_pos, fifo_pos, anchors, pad."""
 _ANCHOR = struct.Struct("<qq")
 PROC_FILES = ("meminfo", "cpuinfo", "stat", "uptime", "loadavg")
 """The /proc files a deterministic sandbox sees generated (runc lets these five be bound over, as LXCFS does)."""
@@ -127,10 +127,12 @@ def binds(directory: Path, library: Path) -> list[Bind]:
             Bind(str(directory / "online"), CPU_ONLINE), Bind(str(library), "/.rollbox/determinism.so")]
 
 
-def agent_setting(determinism: dict[str, Any]) -> str:
-    """The agent's environment variable that makes its sandbox deterministic: the seed's start, the machine."""
+def agent_setting(determinism: dict[str, Any], born: float) -> str:
+    """The agent's environment variable that makes its sandbox deterministic: the seed's start, when the container
+    was made (files stamped before it keep their times: the template's), the machine."""
     start, boot = start_of(determinism["seed"])
-    return (f"ROLLBOX_DETERMINISTIC={determinism['seed']},{start},{boot},{EPOCH * SECOND},{determinism['cpus']},"
+    born -= 2 * time.clock_getres(CLOCK_REALTIME_COARSE)  # the kernel stamps files up to a tick behind time.time()
+    return (f"ROLLBOX_DETERMINISTIC={determinism['seed']},{start},{boot},{int(born * SECOND)},{determinism['cpus']},"
             f"{determinism['memory']},{determinism['kernel']}")
 
 
@@ -139,16 +141,16 @@ def agent_setting(determinism: dict[str, Any]) -> str:
 def fresh_state(seed: int) -> bytes:
     """A D frame's payload that starts the seed's episode now: its clock at the seed's start, its streams at 0."""
     start, boot = start_of(seed)
-    return _STATE.pack(seed, start, boot, EPOCH * SECOND, 0, 0, 0, 0)
+    return _STATE.pack(seed, start, boot, 0, 0, 0, 0, 0)
 
 
 def continued_state(state: bytes, seed: int) -> bytes:
     """A D frame's payload that goes on from another sandbox's `state` (a Q answer: a fork's parent) with `seed`:
     the same clock and file times; the streams start over unless the seed is the state's own."""
-    old_seed, now, boot, epoch, random_pos, fifo_pos, count, _ = _STATE.unpack_from(state)
+    old_seed, now, boot, born, random_pos, fifo_pos, count, _ = _STATE.unpack_from(state)
     if seed != old_seed:
         random_pos = fifo_pos = 0
-    return _STATE.pack(seed, now, boot, epoch, random_pos, fifo_pos, count, 0) + state[_STATE.size:]
+    return _STATE.pack(seed, now, boot, born, random_pos, fifo_pos, count, 0) + state[_STATE.size:]
 
 
 def clock_of(state: bytes) -> tuple[int, int]:

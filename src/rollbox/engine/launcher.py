@@ -101,7 +101,7 @@ class Launcher:
         if record.determinism:
             determinism.write_machine(run / "machine", record.determinism)
             binds += determinism.binds(run / "machine", determinism_library(self.data_dir / "bin"))
-            env.append(determinism.agent_setting(record.determinism))
+            env.append(determinism.agent_setting(record.determinism, record.created_at))
         limits = Limits(**record.limits)
         spec = container_spec(ContainerConfig(
             args=args, cgroups_path=self.cgroups.path_for(record.oci_id), limits=limits, binds=binds, env=env,

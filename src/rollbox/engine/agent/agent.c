@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
          * own and answer the host's commands, or fill the host's disk through it. */
         if (chown(dir, LOCKOUT_ID, LOCKOUT_ID) < 0) die("lock the socket directory");
     } else {
-        dprintf(2, "usage: [ROLLBOX_DETERMINISTIC=SEED,NOW,BOOT,EPOCH,CPUS,MEMORY,RELEASE] %s --fd N | --path SOCKET\n",
+        dprintf(2, "usage: [ROLLBOX_DETERMINISTIC=SEED,NOW,BOOT,BORN,CPUS,MEMORY,RELEASE] %s --fd N | --path SOCKET\n",
                 argv[0]);
         return 2;
     }

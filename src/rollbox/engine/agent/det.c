@@ -64,7 +64,7 @@ static void anchor(int64_t real, int64_t virt) {
 static void apply(const struct det_state *s, const struct det_anchor *anchors) {
     det->seed = s->seed;
     det->boot = s->boot;
-    det->epoch = s->epoch;
+    if (s->born) det->born = s->born;
     atomic_store(&det->now, s->now);
     atomic_store(&det->random_pos, s->random_pos);
     uint32_t n = s->anchors < DET_ANCHORS ? s->anchors : DET_ANCHORS;
@@ -97,13 +97,13 @@ static void number_devices(void) {
     fclose(info);
 }
 
-/* ROLLBOX_DETERMINISTIC=SEED,NOW,BOOT,EPOCH,CPUS,MEMORY,RELEASE (engine/determinism.py's agent_setting) */
+/* ROLLBOX_DETERMINISTIC=SEED,NOW,BOOT,BORN,CPUS,MEMORY,RELEASE (engine/determinism.py's agent_setting) */
 void det_open(const char *arg) {
     struct det_state s = {0};
     unsigned cpus;
     unsigned long long memory;
     int used = 0;
-    if (sscanf(arg, "%" SCNu64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%u,%llu,%n", &s.seed, &s.now, &s.boot, &s.epoch,
+    if (sscanf(arg, "%" SCNu64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%u,%llu,%n", &s.seed, &s.now, &s.boot, &s.born,
                &cpus, &memory, &used) < 6 || !used) {
         errno = EINVAL;
         die("ROLLBOX_DETERMINISTIC");
@@ -152,7 +152,7 @@ void det_frame(int conn, int type, const char *data, uint32_t len) {
         return;
     }
     uint32_t n = atomic_load(&det->anchors);
-    struct det_state s = {det->seed, atomic_load(&det->now), det->boot, det->epoch, atomic_load(&det->random_pos),
+    struct det_state s = {det->seed, atomic_load(&det->now), det->boot, det->born, atomic_load(&det->random_pos),
                           fifo_taken(), n, 0};
     size_t size = sizeof s + n * sizeof(struct det_anchor);
     char *out = malloc(size);

@@ -38,7 +38,9 @@ struct det_state {
     uint64_t seed;
     int64_t now;  /* the virtual CLOCK_REALTIME, ns since 1970 */
     int64_t boot; /* the virtual boot instant: CLOCK_MONOTONIC and CLOCK_BOOTTIME read now - boot */
-    int64_t epoch; /* what a file stamped before the first anchor shows: the template's fixed time */
+    int64_t born; /* real time the timeline's first sandbox was made: files stamped before it (the template's, the
+                   * host's) keep their times, files stamped from it to the first anchor show the boot instant;
+                   * 0 in a D frame: the sandbox's own */
     uint64_t random_pos, fifo_pos; /* bytes of getrandom's stream and of /dev/urandom's handed out */
     uint32_t anchors;
     uint32_t pad;
@@ -48,7 +50,7 @@ struct det_page {
     uint64_t magic;
     uint64_t seed;
     _Atomic int64_t now;
-    int64_t boot, epoch;
+    int64_t boot, born;
     _Atomic uint64_t random_pos;
     _Atomic uint32_t dirty;   /* a process opened a file for writing, renamed or removed one since the last start */
     uint32_t cpus;

@@ -8,7 +8,9 @@
  *            clocks are turned into real ones.
  *   entropy  getrandom, getentropy and arc4random read the seed's stream.
  *   files    every time stat and statx report is the virtual time of the command that stamped it (the agent's
- *            anchors), or the template's fixed time for what is older than the episode; a call that may change
+ *            anchors); what is older than the sandbox (the template's files, the host's) keeps its time, which
+ *            programs that check caches by it need (Python's .pyc files), and is the same in every episode of the
+ *            template; what the sandbox's start stamped shows its boot instant; a call that may change
  *            files marks the page dirty, so the agent keeps the next command's files apart.
  *   machine  uname, sysconf, get_nprocs and sched_getaffinity tell the template's machine.
  * Without the page (a sandbox that is not deterministic, or a command that removed it), every call is the real one.
@@ -354,7 +356,7 @@ uint32_t arc4random_uniform(uint32_t bound) {
 static int64_t file_time(struct det_page *p, int64_t real) {
     uint32_t count = atomic_load_explicit(&p->anchors, memory_order_acquire);
     if (count > DET_ANCHORS) count = DET_ANCHORS;
-    if (count == 0 || real < p->anchor[0].real) return p->epoch;
+    if (count == 0 || real < p->anchor[0].real) return real < p->born ? real : p->boot;
     uint32_t low = 0, high = count; /* the last anchor at or before `real` */
     while (high - low > 1) {
         uint32_t mid = low + (high - low) / 2;
