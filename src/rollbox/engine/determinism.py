@@ -30,9 +30,8 @@ EPOCH = 1_704_067_200
 MAX_SEED = 2**63 - 1
 CLOCK_REALTIME_COARSE = 5
 """The clock the kernel stamps files with (Python's time module does not name it)."""
-_STATE = struct.Struct("<QqqqQQII")
-"""agent/det.h's struct det_state: seed, now, boot, born, random_pos, fifo_pos, anchors, pad."""
-_ANCHOR = struct.Struct("<qq")
+_STATE = struct.Struct("<QqqqQII")
+"""agent/det.h's struct det_state: seed, now, boot, born, fifo_pos, anchors, pad."""
 PROC_FILES = ("meminfo", "cpuinfo", "stat", "uptime", "loadavg")
 """The /proc files a deterministic sandbox sees generated (runc lets these five be bound over, as LXCFS does)."""
 CPU_ONLINE = "/sys/devices/system/cpu/online"
@@ -141,22 +140,14 @@ def agent_setting(determinism: dict[str, Any], born: float) -> str:
 def fresh_state(seed: int) -> bytes:
     """A D frame's payload that starts the seed's episode now: its clock at the seed's start, its streams at 0."""
     start, boot = start_of(seed)
-    return _STATE.pack(seed, start, boot, 0, 0, 0, 0, 0)
+    return _STATE.pack(seed, start, boot, 0, 0, 0, 0)
 
 
 def continued_state(state: bytes, seed: int) -> bytes:
     """A D frame's payload that goes on from another sandbox's `state` (a Q answer: a fork's parent) with `seed`:
     the same clock and file times; the streams start over unless the seed is the state's own."""
-    old_seed, now, boot, born, random_pos, fifo_pos, count, _ = _STATE.unpack_from(state)
-    if seed != old_seed:
-        random_pos = fifo_pos = 0
-    return _STATE.pack(seed, now, boot, born, random_pos, fifo_pos, count, 0) + state[_STATE.size:]
-
-
-def clock_of(state: bytes) -> tuple[int, int]:
-    """The seed and the virtual time (ns) of a Q answer."""
-    seed, now = _STATE.unpack_from(state)[:2]
-    return seed, now
+    old_seed, now, boot, born, fifo_pos, count, _ = _STATE.unpack_from(state)
+    return _STATE.pack(seed, now, boot, born, fifo_pos if seed == old_seed else 0, count, 0) + state[_STATE.size:]
 
 
 def settle() -> None:

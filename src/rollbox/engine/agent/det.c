@@ -62,11 +62,12 @@ static void anchor(int64_t real, int64_t virt) {
 /* Sets the clock, the streams and the file times from `s` (and its `anchors`, which continue another sandbox's
  * timeline: a fork's); without anchors, the episode starts now. */
 static void apply(const struct det_state *s, const struct det_anchor *anchors) {
+    if (s->seed != det->seed || !s->anchors)
+        for (int i = 0; i < DET_PIDS; i++) atomic_store_explicit(&det->random_pos[i], 0, memory_order_relaxed);
     det->seed = s->seed;
     det->boot = s->boot;
     if (s->born) det->born = s->born;
     atomic_store(&det->now, s->now);
-    atomic_store(&det->random_pos, s->random_pos);
     uint32_t n = s->anchors < DET_ANCHORS ? s->anchors : DET_ANCHORS;
     if (n) memcpy(det->anchor, anchors, n * sizeof *anchors);
     atomic_store(&det->anchors, n);
@@ -152,8 +153,7 @@ void det_frame(int conn, int type, const char *data, uint32_t len) {
         return;
     }
     uint32_t n = atomic_load(&det->anchors);
-    struct det_state s = {det->seed, atomic_load(&det->now), det->boot, det->born, atomic_load(&det->random_pos),
-                          fifo_taken(), n, 0};
+    struct det_state s = {det->seed, atomic_load(&det->now), det->boot, det->born, fifo_taken(), n, 0};
     size_t size = sizeof s + n * sizeof(struct det_anchor);
     char *out = malloc(size);
     if (!out) {

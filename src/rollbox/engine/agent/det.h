@@ -18,6 +18,7 @@
 #define DET_ANCHORS 16384
 #define DET_FIFO_SIZE (1 << 20)
 #define DET_DEVICES 128
+#define DET_PIDS 32768 /* getrandom's streams: one per process id (modulo this) */
 
 /* A filesystem's device number (st_dev), and the one it shows: its place in the sandbox's mount table, or (for the
  * devices overlayfs makes up for its layers) in the order the episode first met it; the kernel numbers anonymous
@@ -41,7 +42,7 @@ struct det_state {
     int64_t born; /* real time the timeline's first sandbox was made: files stamped before it (the template's, the
                    * host's) keep their times, files stamped from it to the first anchor show the boot instant;
                    * 0 in a D frame: the sandbox's own */
-    uint64_t random_pos, fifo_pos; /* bytes of getrandom's stream and of /dev/urandom's handed out */
+    uint64_t fifo_pos; /* bytes of /dev/urandom's stream handed out */
     uint32_t anchors;
     uint32_t pad;
 } __attribute__((packed));
@@ -51,7 +52,6 @@ struct det_page {
     uint64_t seed;
     _Atomic int64_t now;
     int64_t boot, born;
-    _Atomic uint64_t random_pos;
     _Atomic uint32_t dirty;   /* a process opened a file for writing, renamed or removed one since the last start */
     uint32_t cpus;
     uint64_t memory;
@@ -61,6 +61,10 @@ struct det_page {
     struct det_device device[DET_DEVICES];
     _Atomic uint32_t anchors;
     struct det_anchor anchor[DET_ANCHORS];
+    /* Bytes of each process's getrandom stream handed out. A process's stream is its own (the seed's for its
+     * process id, which is the same in every episode), so what one program draws, however much that is (a name
+     * that collided), never shifts what the next one gets. */
+    _Atomic uint64_t random_pos[DET_PIDS];
 };
 
 /* splitmix64's finaliser: the seeded streams are blocks of it over a counter. Not a cryptographic generator:
@@ -82,7 +86,7 @@ static inline void det_stream(uint64_t key, uint64_t pos, unsigned char *out, si
     }
 }
 
-#define DET_RANDOM_STREAM 1 /* getrandom, getentropy, arc4random */
+#define DET_RANDOM_STREAM 1 /* getrandom, getentropy, arc4random: one per process id (shifted by 8) */
 #define DET_FIFO_STREAM 2   /* /dev/urandom and /dev/random */
 
 #endif

@@ -297,8 +297,9 @@ int pthread_mutex_clocklock(pthread_mutex_t *mutex, clockid_t id, const struct t
 /* -- entropy -------------------------------------------------------------------------------------------- */
 
 static void fill(struct det_page *p, void *buf, size_t n) {
-    uint64_t pos = atomic_fetch_add(&p->random_pos, n);
-    det_stream(det_key(p->seed, DET_RANDOM_STREAM), pos, buf, n);
+    uint64_t pid = (uint64_t)getpid();
+    uint64_t pos = atomic_fetch_add(&p->random_pos[pid % DET_PIDS], n);
+    det_stream(det_key(p->seed, DET_RANDOM_STREAM | pid << 8), pos, buf, n);
 }
 
 ssize_t getrandom(void *buf, size_t n, unsigned int flags) {
