@@ -39,7 +39,7 @@ async def test_deterministic_trajectories_replay_byte_for_byte(url: str, tmp_pat
         await client.apply(str(TEMPLATE))
     out = tmp_path / "trajectories.jsonl"
     await collect_async(probing_policy, TASKS, url=url, group_size=3, seed=5, out=out, progress=False)
-    recorded = list(read_trajectories(out))
+    recorded = sorted(read_trajectories(out), key=lambda t: t.member)
     assert [t.member for t in recorded] == [0, 1, 2] and {t.forked for t in recorded} == {2}
     assert recorded[0].sandbox_seed is not None and {t.sandbox_seed for t in recorded} == {recorded[0].sandbox_seed}
     assert recorded[0].template_digest and recorded[0].template_digest.startswith("sha256:")

@@ -58,6 +58,7 @@ class Launcher:
         self.networks = networks
         self.agent = agent
         self.compat = compat
+        self.determinism = determinism_library(data_dir / "bin")
         self._runtimes: dict[str, Runtime] = {}
         self._lock = threading.Lock()
 
@@ -100,7 +101,7 @@ class Launcher:
             binds.append(Bind(str(self.compat), COMPAT_PATH))
         if record.determinism:
             determinism.write_machine(run / "machine", record.determinism)
-            binds += determinism.binds(run / "machine", determinism_library(self.data_dir / "bin"))
+            binds += determinism.binds(run / "machine", self.determinism)
             env.append(determinism.agent_setting(record.determinism, record.created_at))
         limits = Limits(**record.limits)
         spec = container_spec(ContainerConfig(

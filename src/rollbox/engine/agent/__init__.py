@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 from rollbox.errors import RuntimeUnavailable
@@ -50,7 +51,7 @@ def _compile(sources: tuple[Path, ...], cache_dir: Path, name: str, flags: list[
     if compiler is None:
         raise RuntimeUnavailable("no C compiler found: install gcc and libc6-dev to build the exec agent")
     cache_dir.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     result = subprocess.run(
         [compiler, *flags, "-O2", "-Wall", "-o", str(partial), *map(str, sources)],
         capture_output=True, text=True,

@@ -78,13 +78,24 @@ static void handle(int conn, int sigfd) {
 
 static const char *socket_path; /* --path only */
 
-/* Pings and the D and Q frames are answered by the main process itself, without forking a handler: process ids
- * are then taken by commands alone, as the same commands take the same ones (docs/determinism.md). Returns 1 if
- * it answered; 0 leaves the connection to a handler. */
+/* A connection waits in the main process until its first frame has come: pings and the D and Q frames are
+ * answered there, without forking a handler, so that process ids are taken by commands alone and the same
+ * commands take the same ones (docs/determinism.md). */
+#define PENDING 64
+#define PENDING_MS 10000 /* a connection silent this long goes to a handler all the same */
+static struct {
+    int fd;
+    long long since;
+} pending[PENDING];
+static int npending;
+
+/* Answers the connection here if its first frame is one of those; returns 1 if it did (or the peer went away), 0 if
+ * a handler must take it, -1 if its first frame has not come whole yet. */
 static int answer_here(int conn) {
-    struct pollfd readable = {conn, POLLIN, 0};
     unsigned char header[5];
-    if (poll(&readable, 1, 100) != 1 || recv(conn, header, 5, MSG_PEEK | MSG_DONTWAIT) != 5) return 0;
+    ssize_t got = recv(conn, header, 5, MSG_PEEK | MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return 1;
+    if (got < 5) return -1;
     if (header[0] != 'P' && header[0] != 'D' && header[0] != 'Q') return 0;
     struct timeval limit = {1, 0}; /* the main process never waits long on one connection */
     setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
@@ -127,6 +138,30 @@ static int hold(int listener) {
     }
     if (seteuid(0) < 0) die("seteuid");
     return listener;
+}
+
+/* Forks the handler that takes the connection. */
+static void serve(int conn, int listener, int sigfd, sigset_t *chld) {
+    pid_t handler = fork();
+    if (handler == 0) {
+        /* A signalfd reports the signals of the process that created it (under gVisor
+         * too), so each handler makes its own to hear about its command's exit. */
+        close(listener);
+        close(sigfd);
+        close(registry[0]);
+        if (det_fifo >= 0) close(det_fifo);
+        for (int i = 0; i < npending; i++) close(pending[i].fd);
+        int own = signalfd(-1, chld, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (own < 0) die("signalfd");
+        handle(conn, own);
+        _exit(0);
+    }
+    if (handler < 0) {
+        const char *msg = "rollbox-agent: fork failed (process limit reached?)\n";
+        send_frame(conn, 'r', msg, (uint32_t)strlen(msg));
+        send_frame(conn, 'z', "126 0 0 0 0", 11);
+    }
+    close(conn);
 }
 
 int main(int argc, char **argv) {
@@ -191,9 +226,10 @@ int main(int argc, char **argv) {
     registry_open();
 
     for (;;) {
-        struct pollfd fds[4] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}, {registry[0], POLLIN, 0},
-                                {det_fifo, POLLOUT, 0}};
-        if (poll(fds, 4, -1) < 0) {
+        struct pollfd fds[4 + PENDING] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}, {registry[0], POLLIN, 0},
+                                          {det_fifo, POLLOUT, 0}};
+        for (int i = 0; i < npending; i++) fds[4 + i] = (struct pollfd){pending[i].fd, POLLIN, 0};
+        if (poll(fds, (nfds_t)(4 + npending), npending ? 1000 : -1) < 0) {
             if (errno == EINTR) continue;
             die("poll");
         }
@@ -206,32 +242,21 @@ int main(int argc, char **argv) {
         }
         if (fds[3].revents & POLLOUT) det_refill();
         registry_drain();
-        if (!(fds[0].revents & POLLIN)) continue;
         int conn;
+        for (int i = npending - 1; i >= 0; i--) { /* backwards: a connection dealt with takes the last one's place */
+            if (!fds[4 + i].revents && now_ms() - pending[i].since < PENDING_MS) continue;
+            int answered = answer_here(pending[i].fd);
+            if (answered < 0 && now_ms() - pending[i].since < PENDING_MS) continue;
+            conn = pending[i].fd;
+            pending[i] = pending[--npending];
+            if (answered > 0) close(conn);
+            else serve(conn, listener, sigfd, &chld);
+        }
+        if (!(fds[0].revents & POLLIN)) continue;
         while (registry_drain(), (conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-            if (answer_here(conn)) {
-                close(conn);
-                continue;
-            }
-            pid_t handler = fork();
-            if (handler == 0) {
-                /* A signalfd reports the signals of the process that created it (under gVisor
-                 * too), so each handler makes its own to hear about its command's exit. */
-                close(listener);
-                close(sigfd);
-                close(registry[0]);
-                if (det_fifo >= 0) close(det_fifo);
-                int own = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-                if (own < 0) die("signalfd");
-                handle(conn, own);
-                _exit(0);
-            }
-            if (handler < 0) {
-                const char *msg = "rollbox-agent: fork failed (process limit reached?)\n";
-                send_frame(conn, 'r', msg, (uint32_t)strlen(msg));
-                send_frame(conn, 'z', "126 0 0 0 0", 11);
-            }
-            close(conn);
+            if (npending < PENDING) pending[npending++] = (typeof(pending[0])){conn, now_ms()};
+            else serve(conn, listener, sigfd, &chld);
         }
     }
 }
+

@@ -98,6 +98,18 @@ static void number_devices(void) {
     fclose(info);
 }
 
+/* Takes process ids until the next is DET_FIRST_PID: runc's init is a Go program, whose threads take a number of
+ * ids in the sandbox that varies from one start to the next. */
+static void skip_pids(void) {
+    for (;;) {
+        pid_t child = fork();
+        if (child == 0) _exit(0);
+        if (child < 0) return;
+        waitpid(child, NULL, 0);
+        if (child >= DET_FIRST_PID - 1) return;
+    }
+}
+
 /* ROLLBOX_DETERMINISTIC=SEED,NOW,BOOT,BORN,CPUS,MEMORY,RELEASE (engine/determinism.py's agent_setting) */
 void det_open(const char *arg) {
     struct det_state s = {0};
@@ -130,6 +142,7 @@ void det_open(const char *arg) {
     snprintf(det->version, sizeof det->version, "#1 SMP PREEMPT_DYNAMIC Mon Jan  1 00:00:00 UTC 2024");
     snprintf(det->machine, sizeof det->machine, "%s", host.machine);
     number_devices();
+    skip_pids();
     apply(&s, NULL);
     det->magic = DET_MAGIC;
 }
