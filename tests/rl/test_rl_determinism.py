@@ -57,3 +57,15 @@ async def test_deterministic_trajectories_replay_byte_for_byte(url: str, tmp_pat
     assert difference is not None and (difference.step, difference.what) == (3, "observation")
     assert difference.offset == len(text[:30].encode())
     assert "differs at byte" in str(difference)
+
+
+async def test_a_seed_makes_a_claim_of_any_template_deterministic(url: str) -> None:
+    async with AsyncSandboxClient(url) as client:
+        dates = []
+        for _ in range(2):
+            async with client.create_sandbox(template="rl-python", seed=42) as sandbox:  # a cold start
+                assert sandbox.info.seed == 42 and sandbox.info.template_digest
+                dates.append((await sandbox.commands.run("date; python3 -c 'import uuid; print(uuid.uuid4())'")).stdout)
+        async with client.create_sandbox(template="rl-python") as plain:
+            assert plain.info.seed is None
+    assert dates[0] == dates[1] and "2024" in dates[0]
