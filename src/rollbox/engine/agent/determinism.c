@@ -234,64 +234,50 @@ int epoll_pwait(int fd, struct epoll_event *events, int max, int timeout, const 
     return result;
 }
 
-/* Calls `wait` with the real deadline of the virtual `deadline` (on `kind`'s clock); a timeout reaches it. */
-#define TIMED(kind, deadline, call)                                                                            \
+/* Returns fn(args..., deadline) with the real deadline as far away as the virtual `deadline` on `kind`'s clock (0:
+ * not a virtual one, called as it is); a timeout moves the clock to the deadline. */
+#define TIMED(kind, deadline, fn, ...)                                                                         \
     do {                                                                                                       \
         struct det_page *p = page();                                                                           \
-        if (!p) return call(deadline);                                                          \
-        struct timespec until = real_deadline(p, kind, deadline);                                              \
-        int result = call(&until);                                                                             \
-        if (result == ETIMEDOUT || (result == -1 && errno == ETIMEDOUT)) reach(p, kind, ns_of(deadline));      \
+        int k = (kind);                                                                                        \
+        if (!p || !k) return fn(__VA_ARGS__, deadline);                                                        \
+        struct timespec until = real_deadline(p, k, deadline);                                                 \
+        int result = fn(__VA_ARGS__, &until);                                                                  \
+        if (result == ETIMEDOUT || (result == -1 && errno == ETIMEDOUT)) reach(p, k, ns_of(deadline));         \
         return result;                                                                                         \
     } while (0)
+/* The real clock a wait that names `id` waits on. */
+#define BASE(id) (family(id) == 2 ? CLOCK_MONOTONIC : family(id) == 1 ? CLOCK_REALTIME : (id))
 
 int pthread_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex, const struct timespec *deadline) {
     static int (*real)(pthread_cond_t *, pthread_mutex_t *, const struct timespec *);
     if (!real) real = dlvsym(RTLD_NEXT, "pthread_cond_timedwait", "GLIBC_2.3.2");
-#define CALL(d) real(cond, mutex, d)
-    TIMED(guess(deadline), deadline, CALL);
-#undef CALL
+    TIMED(guess(deadline), deadline, real, cond, mutex);
 }
 
 int pthread_cond_clockwait(pthread_cond_t *cond, pthread_mutex_t *mutex, clockid_t id, const struct timespec *deadline) {
     REAL(int, "pthread_cond_clockwait", pthread_cond_t *, pthread_mutex_t *, clockid_t, const struct timespec *);
-    if (!family(id)) return real(cond, mutex, id, deadline);
-    clockid_t base = family(id) == 2 ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-#define CALL(d) real(cond, mutex, base, d)
-    TIMED(family(id), deadline, CALL);
-#undef CALL
+    TIMED(family(id), deadline, real, cond, mutex, BASE(id));
 }
 
 int sem_timedwait(sem_t *sem, const struct timespec *deadline) {
     REAL(int, "sem_timedwait", sem_t *, const struct timespec *);
-#define CALL(d) real(sem, d)
-    TIMED(1, deadline, CALL);
-#undef CALL
+    TIMED(1, deadline, real, sem);
 }
 
 int sem_clockwait(sem_t *sem, clockid_t id, const struct timespec *deadline) {
     REAL(int, "sem_clockwait", sem_t *, clockid_t, const struct timespec *);
-    if (!family(id)) return real(sem, id, deadline);
-    clockid_t base = family(id) == 2 ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-#define CALL(d) real(sem, base, d)
-    TIMED(family(id), deadline, CALL);
-#undef CALL
+    TIMED(family(id), deadline, real, sem, BASE(id));
 }
 
 int pthread_mutex_timedlock(pthread_mutex_t *mutex, const struct timespec *deadline) {
     REAL(int, "pthread_mutex_timedlock", pthread_mutex_t *, const struct timespec *);
-#define CALL(d) real(mutex, d)
-    TIMED(1, deadline, CALL);
-#undef CALL
+    TIMED(1, deadline, real, mutex);
 }
 
 int pthread_mutex_clocklock(pthread_mutex_t *mutex, clockid_t id, const struct timespec *deadline) {
     REAL(int, "pthread_mutex_clocklock", pthread_mutex_t *, clockid_t, const struct timespec *);
-    if (!family(id)) return real(mutex, id, deadline);
-    clockid_t base = family(id) == 2 ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-#define CALL(d) real(mutex, base, d)
-    TIMED(family(id), deadline, CALL);
-#undef CALL
+    TIMED(family(id), deadline, real, mutex, BASE(id));
 }
 
 /* -- entropy -------------------------------------------------------------------------------------------- */
