@@ -19,7 +19,7 @@
 #define DET_FIFO_SIZE (1 << 20)
 #define DET_DEVICES 128
 #define DET_PIDS 32768 /* getrandom's streams: one per process id (modulo this) */
-#define DET_FIRST_PID 100 /* the first command's handler takes this id, whatever the runtime's start took */
+#define DET_FIRST_PID 100 /* under runc, the first command's handler takes this id, whatever runc's start took */
 
 /* A filesystem's device number (st_dev), and the one it shows: its place in the sandbox's mount table, or (for the
  * devices overlayfs makes up for its layers) in the order the episode first met it; the kernel numbers anonymous
