@@ -202,9 +202,9 @@ void det_command_end(void) {
     if (det) atomic_store(&det->last_end, real_ns(CLOCK_REALTIME));
 }
 
-/* In the command's process before exec: the preloaded library first, addresses as in the last run (where the
- * runtime lets a process ask), and getrandom(2) answered ENOSYS, so that what bypasses the library's getrandom
- * (static binaries, the C library's own calls) falls back to /dev/urandom. */
+/* In the command's process before exec: the preloaded library first (in compat.so's place: it does its work too),
+ * addresses as in the last run (where the runtime lets a process ask), and getrandom(2) answered ENOSYS, so that
+ * what bypasses the library's getrandom (static binaries, the C library's own calls) falls back to /dev/urandom. */
 void det_exec(struct request *rq) {
     if (!det) return;
     int current = personality(0xffffffff);
@@ -213,9 +213,9 @@ void det_exec(struct request *rq) {
     size_t i;
     for (i = 0; i < rq->envc; i++)
         if (strncmp(rq->envp[i], "LD_PRELOAD=", 11) == 0) break;
-    if (asprintf(&preload, "LD_PRELOAD=" DET_LIBRARY "%s%s", i < rq->envc ? ":" : "",
-                 i < rq->envc ? rq->envp[i] + 11 : "") < 0)
-        return;
+    const char *rest = i < rq->envc ? rq->envp[i] + 11 : "";
+    if (strcmp(rest, COMPAT_LIBRARY) == 0) rest = "";
+    if (asprintf(&preload, "LD_PRELOAD=" DET_LIBRARY "%s%s", *rest ? ":" : "", rest) < 0) return;
     if (i < rq->envc) rq->envp[i] = preload;
     else push(&rq->envp, &rq->envc, preload);
     struct sock_filter filter[] = {

@@ -12,6 +12,7 @@
 
 #define DET_PAGE_PATH "/dev/.rollbox-determinism"
 #define DET_LIBRARY "/.rollbox/determinism.so"
+#define COMPAT_LIBRARY "/.rollbox/compat.so" /* oci.py's COMPAT_PATH: determinism.so does its work too */
 #define DET_MAGIC 0x3174656478626c72ULL
 #define DET_SECOND 1000000000LL
 #define DET_TICK 1000LL /* ns each reading of a clock advances it */

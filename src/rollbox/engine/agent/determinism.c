@@ -13,6 +13,8 @@
  *            template; what the sandbox's start stamped shows its boot instant; a call that may change
  *            files marks the page dirty, so the agent keeps the next command's files apart.
  *   machine  uname, sysconf, get_nprocs and sched_getaffinity tell the template's machine.
+ * It drops AT_NO_AUTOMOUNT from stat calls as compat.c does (a sandbox has no automount points), so that under gVisor
+ * it is preloaded instead of compat.so, not beside it: each library loaded costs every command.
  * Without the page (a sandbox that is not deterministic, or a command that removed it), every call is the real one.
  */
 #define _GNU_SOURCE
@@ -390,7 +392,7 @@ int stat(const char *path, struct stat *buf) { STAT_CALL("stat", (path, buf), bu
 int lstat(const char *path, struct stat *buf) { STAT_CALL("lstat", (path, buf), buf, const char *, struct stat *); }
 int fstat(int fd, struct stat *buf) { STAT_CALL("fstat", (fd, buf), buf, int, struct stat *); }
 int fstatat(int dir, const char *path, struct stat *buf, int flags) {
-    STAT_CALL("fstatat", (dir, path, buf, flags), buf, int, const char *, struct stat *, int);
+    STAT_CALL("fstatat", (dir, path, buf, flags & ~AT_NO_AUTOMOUNT), buf, int, const char *, struct stat *, int);
 }
 int stat64(const char *path, struct stat64 *buf) {
     STAT_CALL("stat64", (path, buf), buf, const char *, struct stat64 *);
@@ -400,12 +402,13 @@ int lstat64(const char *path, struct stat64 *buf) {
 }
 int fstat64(int fd, struct stat64 *buf) { STAT_CALL("fstat64", (fd, buf), buf, int, struct stat64 *); }
 int fstatat64(int dir, const char *path, struct stat64 *buf, int flags) {
-    STAT_CALL("fstatat64", (dir, path, buf, flags), buf, int, const char *, struct stat64 *, int);
+    STAT_CALL("fstatat64", (dir, path, buf, flags & ~AT_NO_AUTOMOUNT), buf, int, const char *, struct stat64 *,
+              int);
 }
 
 int statx(int dir, const char *path, int flags, unsigned int mask, struct statx *buf) {
     REAL(int, "statx", int, const char *, int, unsigned int, struct statx *);
-    int result = real(dir, path, flags, mask, buf);
+    int result = real(dir, path, flags & ~AT_NO_AUTOMOUNT, mask, buf);
     struct det_page *p = page();
     if (result == 0 && p) {
         uint64_t dev = device(p, makedev(buf->stx_dev_major, buf->stx_dev_minor));
