@@ -223,6 +223,15 @@ class ModelGateway(Model):
     """Prompt and completion tokens together, as the upstream counts them (`usage`)."""
     max_seconds: float | None = Field(None, alias="maxSeconds", gt=0)
     """From the claim on: later calls are refused, and a call still running then is cut."""
+class Machine(Model):
+    """What a deterministic sandbox's commands are told they run on, whatever the host is (docs/determinism.md)."""
+
+    kernel: str = Field("6.1.0-rollbox", pattern=r"^[A-Za-z0-9._+~-]{1,64}$")
+    """The kernel release `uname -r` shows."""
+    cpus: int | None = Field(None, ge=1, le=1024)
+    """The processors `nproc` and /proc/cpuinfo show; the CPU limit, rounded up, when not given."""
+    memory: Bytes | None = None
+    """The memory `free` and /proc/meminfo show; the memory limit when not given."""
 
 
 class TemplateSpec(Model):
@@ -244,6 +253,10 @@ class TemplateSpec(Model):
     volumes: list[VolumeMount] = Field(default_factory=list)
     """Mounted into every sandbox claimed from the template (a claim's own volumes come on top)."""
     model_gateway: ModelGateway | None = Field(None, alias="modelGateway")
+    deterministic: bool = False
+    """Every sandbox runs in deterministic mode (docs/determinism.md), on seed 0 unless its claim gives one."""
+    machine: Machine = Field(default_factory=Machine)
+    """What a deterministic sandbox says it runs on."""
 
     @field_validator("base")
     @classmethod

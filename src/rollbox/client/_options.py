@@ -40,6 +40,8 @@ class ClaimOptions(TypedDict, total=False):
     model_gateway: ModelGateway | dict[str, Any] | None
     """The sandbox's route to the policy: `{"upstream", "api_key"?, "model"?, "max_requests"?, "max_tokens"?,
     "max_seconds"?}`; its processes get OPENAI_BASE_URL and OPENAI_API_KEY (docs/gateway.md)."""
+    seed: int | None
+    """Deterministic mode from this seed (docs/determinism.md)."""
 
 
 class ExecOptions(TypedDict, total=False):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rollbox import tracing
-from rollbox.errors import SandboxNotRunning
+from rollbox.errors import Conflict, SandboxNotRunning
 from rollbox.models import ExecResult
 
 OutputCallback = Callable[[str], None]
@@ -147,6 +147,21 @@ class AgentClient:
                 _recv_exact(sock, 5)
             except (OSError, EOFError):
                 raise _lost(self.container_id) from None
+
+    def exchange(self, kind: bytes, payload: bytes = b"") -> bytes:
+        """Sends one frame the agent answers in its main process (D, Q) and returns its answer's payload; an
+        answer of another kind (E: the agent refused it) raises Conflict with the agent's reason."""
+        with self._connect() as sock:
+            sock.settimeout(ANSWER_TIMEOUT)
+            try:
+                sock.sendall(_frame(kind, payload))
+                answer, length = _HEADER.unpack(_recv_exact(sock, 5))
+                data = _recv_exact(sock, length) if length else b""
+            except (OSError, EOFError):
+                raise _lost(self.container_id) from None
+        if answer != kind:
+            raise Conflict(f"container {self.container_id}: {data.decode(errors='replace')}")
+        return data
 
     def wait_ready(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout

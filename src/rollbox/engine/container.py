@@ -8,6 +8,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from rollbox.engine.determinism import template_digest
 from rollbox.engine.files import ContainerFiles
 from rollbox.engine.store import ContainerRecord
 from rollbox.errors import SandboxNotFound
@@ -29,12 +30,18 @@ class ContainerInfo(BaseModel):
     snapshot: str | None = None
     parent: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    seed: int | None = None
+    """The seed of a deterministic container (docs/determinism.md); None for another."""
+    template_digest: str = ""
+    """Its template's layers, settings and deterministic machine (`determinism.template_digest`)."""
 
     @classmethod
     def of(cls, record: ContainerRecord) -> ContainerInfo:
         return cls(id=record.id, template=record.template, state=record.state,  # type: ignore[arg-type]
                    runtime=record.runtime, created_at=record.created_at, expires_at=record.expires_at,
-                   snapshot=record.snapshot, parent=record.parent, labels=record.labels)
+                   snapshot=record.snapshot, parent=record.parent, labels=record.labels,
+                   seed=record.determinism["seed"] if record.determinism else None,
+                   template_digest=template_digest(record.baseline, record.determinism))
 
 
 class Containers(Protocol):

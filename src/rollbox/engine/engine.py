@@ -18,7 +18,7 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollbox.engine import accounting, mounts, netns, recovery, volumes
+from rollbox.engine import accounting, determinism, mounts, netns, recovery, volumes
 from rollbox.engine.agent import agent_binary, compat_library
 from rollbox.engine.agent_client import AgentRequest, OutputCallback
 from rollbox.engine.builder import Builder, Progress
@@ -118,11 +118,12 @@ class Engine:
 
     def create(self, template: str | None = None, *, snapshot: str | None = None,
                env: dict[str, str] | None = None, limits: Limits | None = None,
-               labels: dict[str, str] | None = None,
-               volume_mounts: Sequence[tuple[str, str, bool]] = ()) -> Container:
+               labels: dict[str, str] | None = None, volume_mounts: Sequence[tuple[str, str, bool]] = (),
+               seed: int | None = None) -> Container:
         """Starts a container from a built template or a snapshot and waits until its agent answers.
 
-        `volume_mounts` binds named volumes into it: (volume key, mount path, read-only) each."""
+        `volume_mounts` binds named volumes into it: (volume key, mount path, read-only) each. A `seed` (or a template
+        with `spec.deterministic`) makes it deterministic (docs/determinism.md)."""
         if snapshot is not None:
             found = self.store.snapshot(snapshot)
             if found is None:
@@ -135,7 +136,7 @@ class Engine:
         spec = self._templates.get(template).spec
         record = self._lifecycle.new_record(template, spec.runtime, image, limits or spec.limits, env or {},
                                             labels or {})
-        record.snapshot = snapshot
+        record.snapshot, record.determinism = snapshot, determinism.settings(spec, Limits(**record.limits), seed)
         record.volumes = [volumes.attachment(self.volumes.get(key), path, ro) for key, path, ro in volume_mounts]
         self._lifecycle.launch(record, checkpoint=image.checkpoint)
         return Container(self, record.id)
@@ -193,6 +194,11 @@ class Engine:
 
     # -- state operations -------------------------------------------------------------------
 
+    def seed(self, container_id: str, seed: int) -> None:
+        """Starts a deterministic container's clock, random streams and file times again at `seed`'s start."""
+        with self._locked(container_id):
+            self._lifecycle.reseed(self._record(container_id), seed)
+
     def reset(self, container_id: str) -> None:
         """Puts the container back to the state it was created from (its template or snapshot)."""
         with self._locked(container_id):
@@ -210,10 +216,13 @@ class Engine:
         with self._locked(container_id):
             parent = self._started(container_id)
             self.launcher.check_startable(parent, "fork")
+            state = self.launcher.determinism_state(self._awake(parent))
             if self.carries_memory(container_id):
-                children = self._live.fork(self._awake(parent), count)
+                children = self._live.fork(parent, count)
             else:
                 children = self._layering.fork(parent, count)
+            if state:
+                determinism.seed_fork(self._lifecycle.reseed, parent, children, state)
         return [Container(self, child.id) for child in children]
 
     def snapshot(self, container_id: str, name: str) -> SnapshotInfo:
@@ -320,7 +329,8 @@ class Engine:
         record = self._woken(container_id)
         files = ContainerFiles(str(self.launcher.rootfs(record.id)), record.home, record.uid, record.gid,
                                Limits(**record.limits).upload)
-        return volumes.MountedFiles(files, self.volumes, record.volumes) if record.volumes else files  # type: ignore[return-value]
+        files = volumes.MountedFiles(files, self.volumes, record.volumes) if record.volumes else files  # type: ignore[assignment]
+        return determinism.SettledFiles(files) if record.determinism else files  # type: ignore[return-value]
 
     def processes(self, container_id: str) -> ContainerProcesses:
         """The container's background processes, terminals and shell sessions."""

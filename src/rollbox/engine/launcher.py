@@ -18,7 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-from rollbox.engine import mounts, volumes
+from rollbox.engine import determinism, mounts, volumes
+from rollbox.engine.agent import determinism_library
 from rollbox.engine.agent_client import AgentClient
 from rollbox.engine.cgroups import Cgroups
 from rollbox.engine.files import ContainerFiles
@@ -28,7 +29,7 @@ from rollbox.engine.network import Networks
 from rollbox.engine.oci import AGENT_PATH, AGENT_SOCKET_DIR, COMPAT_PATH, Bind, ContainerConfig, container_spec
 from rollbox.engine.runtimes import AGENT_FD, Runtime, make_runtime
 from rollbox.engine.store import ContainerRecord
-from rollbox.errors import Conflict, RuntimeUnavailable, SandboxNotRunning
+from rollbox.errors import Conflict, InvalidRequest, RuntimeUnavailable, SandboxNotRunning
 from rollbox.models import SandboxStats
 from rollbox.spec import Limits, Network
 
@@ -57,6 +58,7 @@ class Launcher:
         self.networks = networks
         self.agent = agent
         self.compat = compat
+        self.determinism = determinism_library(data_dir / "bin")
         self._runtimes: dict[str, Runtime] = {}
         self._lock = threading.Lock()
 
@@ -86,7 +88,7 @@ class Launcher:
         run = self.run_dir / record.id
         run.mkdir(exist_ok=True, mode=0o700)
         netns = self.networks.ensure(record.id, network)
-        binds = [Bind(str(self.agent), AGENT_PATH), *runtime.binds(rootfs)]
+        binds, env = [Bind(str(self.agent), AGENT_PATH), *runtime.binds(rootfs)], []
         if record.image.host_binds:
             binds += host_binds()
         binds += volumes.binds(self.data_dir, record.volumes)
@@ -97,9 +99,13 @@ class Launcher:
             args = [AGENT_PATH, "--path", f"{AGENT_SOCKET_DIR}/agent.sock"]
         if runtime.exec_env:
             binds.append(Bind(str(self.compat), COMPAT_PATH))
+        if record.determinism:
+            determinism.write_machine(run / "machine", record.determinism)
+            binds += determinism.binds(run / "machine", self.determinism)
+            env.append(determinism.agent_setting(record.determinism, record.created_at))
         limits = Limits(**record.limits)
         spec = container_spec(ContainerConfig(
-            args=args, cgroups_path=self.cgroups.path_for(record.oci_id), limits=limits, binds=binds,
+            args=args, cgroups_path=self.cgroups.path_for(record.oci_id), limits=limits, binds=binds, env=env,
             disk_in_memory=limits.disk, netns=str(netns) if netns else None))
         runtime.adjust(spec)
         (bundle / "config.json").write_text(json.dumps(spec))
@@ -120,6 +126,22 @@ class Launcher:
             if listener:
                 listener.close()
         self.agent_client(record).wait_ready()
+
+    def reseed(self, record: ContainerRecord, seed: int, state: bytes | None = None) -> None:
+        """Starts a deterministic container's episode again at `seed`'s start, or (given a Q answer's `state`) goes on
+        from that state's clock and file times with `seed`'s streams (engine/determinism.py). The caller saves the
+        record."""
+        if record.determinism is None:
+            raise InvalidRequest(f"container {record.id} is not deterministic: it was not created with a seed, nor "
+                                 "from a template with spec.deterministic")
+        record.determinism = {**record.determinism, "seed": determinism.check_seed(seed)}
+        determinism.write_machine(self.run_dir / record.id / "machine", record.determinism)
+        self.agent_client(record).exchange(
+            b"D", determinism.continued_state(state, seed) if state else determinism.fresh_state(seed))
+
+    def determinism_state(self, record: ContainerRecord) -> bytes | None:
+        """A deterministic container's clock, streams and file times (the agent's Q answer); None for another."""
+        return self.agent_client(record).exchange(b"Q") if record.determinism else None
 
     def checkpoint(self, record: ContainerRecord, image: Path) -> None:
         """Saves the container's processes and memory into the directory `image`; the container stops.

@@ -44,6 +44,7 @@ class Layering:
                                          parent.env, parent.labels) for _ in range(count)]
         for child in children:
             child.baseline, child.parent, child.snapshot = parent.baseline, parent.id, parent.snapshot
+            child.determinism = parent.determinism
             child.volumes = volumes.read_only(parent.volumes)
         seed = lifecycle.layers.upper_dirs(parent.upper)[0] if copied else None
         hold = copied and parent.state == "running"

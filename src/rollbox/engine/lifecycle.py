@@ -164,6 +164,11 @@ class Lifecycle:
             self.checkpoints.remove(standby)
         self.relaunch(record, checkpoint=record.baseline.checkpoint)
 
+    def reseed(self, record: ContainerRecord, seed: int, state: bytes | None = None) -> None:
+        """`Launcher.reseed`, recorded."""
+        self.launcher.reseed(record, seed, state)
+        self.save(record)
+
     def freeze_upper(self, record: ContainerRecord) -> Image:
         """Stops the container and turns its upper into a read-only layer on top of its image; the caller starts
         it again over that layer."""

@@ -63,7 +63,7 @@ class Live:
             for child in children:
                 child.image, child.baseline, child.parent, child.snapshot = (image, parent.baseline, parent.id,
                                                                              parent.snapshot)
-                child.volumes = volumes.read_only(parent.volumes)
+                child.volumes, child.determinism = volumes.read_only(parent.volumes), parent.determinism
             with ThreadPoolExecutor(max_workers=min(count + 1, RESTORE_WORKERS)) as pool:
                 restores = [pool.submit(self._restore, parent, image_id),
                             *(pool.submit(lifecycle.launch, child, None, image_id) for child in children)]

@@ -88,6 +88,8 @@ class ContainerRecord:
     """The named volumes bound into it (`engine.volumes.attachment`)."""
     checkpoint: str | None = None
     """In standby (state "standby"): the checkpoint image its processes and memory wait in."""
+    determinism: dict[str, Any] | None = None
+    """Its deterministic mode's seed and machine (`engine.determinism.settings`); None when it has none."""
 
     @property
     def oci_id(self) -> str:

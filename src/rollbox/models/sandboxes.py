@@ -60,6 +60,9 @@ class ClaimRequest(Request):
     """Named volumes to mount (docs/volumes.md), besides the template's; a claim with volumes starts cold."""
     model_gateway: ModelGateway | None = None
     """The sandbox's route to the policy model (docs/gateway.md); the template's when not given."""
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    """Runs the sandbox in deterministic mode from this seed (docs/determinism.md): warm from a template with
+    `spec.deterministic`, cold from another."""
 
 
 class ExecRequest(Request):
@@ -133,6 +136,11 @@ class SandboxInfo(BaseModel):
     memory: bool = False
     """A fork's child or a claim from a snapshot: whether it started with the processes and memory of its
     parent or snapshot (gVisor), or with their files alone."""
+    seed: int | None = None
+    """The seed of a deterministic sandbox (a fork's child has one given by its parent's); None for another."""
+    template_digest: str | None = None
+    """What the sandbox started from: its template's layers, settings and deterministic machine (a trajectory
+    records it with the seed)."""
 
 
 class ExecResult(BaseModel):

@@ -47,6 +47,9 @@ class Claim:
     """Whether it started with the processes and memory of its fork parent or snapshot (gVisor)."""
     limits: dict[str, Any] | None = None
     """The limits it asked for itself (`ClaimRequest.limits`, merged over its template's): a reset keeps them."""
+    seed: int | None = None
+    """A deterministic sandbox's seed (docs/determinism.md)."""
+    template_digest: str | None = None
     paused: str | None = None
     """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does)."""
     last_used: float = 0.0
@@ -61,7 +64,8 @@ class Claim:
                            state="paused" if self.paused else "running", created_at=self.created_at,
                            expires_at=self.expires_at, idle_pause_after=self.idle_pause_after,
                            snapshot=self.snapshot, parent=self.parent, labels=self.labels,
-                           volumes=self.volumes, memory=self.memory)  # type: ignore[arg-type]
+                           volumes=self.volumes, memory=self.memory, seed=self.seed,  # type: ignore[arg-type]
+                           template_digest=self.template_digest)
 
     def to_json(self) -> str:
         """The stored record, written with pydantic-core (faster than json.dumps; json reads it back)."""

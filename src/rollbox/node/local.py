@@ -45,6 +45,7 @@ from rollbox.models import (
     VolumeRequest,
     WarmPoolInfo,
 )
+from rollbox.node import determinism
 from rollbox.node.base import FileOp, OutputCallback
 from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim, as_sandbox, environment
@@ -145,12 +146,13 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
         try:
             if volumes:  # held before the container starts: a second writer is refused at once
                 await to_thread.run_sync(self.node_volumes.reserve, tenant, sandbox_id, volumes)
-            warm = None if snapshot or volumes or limits else self.resources.take_warm(
-                template, request.warmpool, count_miss=not warm_only)
+            cold = snapshot or volumes or limits or determinism.needs_cold(self.engine, template, request.seed)
+            warm = None if cold else self.resources.take_warm(template, request.warmpool, count_miss=not warm_only)
             if warm is None and warm_only:
                 raise NodeUnavailable(f"node {self.name} has no ready warm sandbox for this claim")
             container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot,
-                                                            self.node_volumes.engine_mounts(tenant, volumes), limits)
+                                                            self.node_volumes.engine_mounts(tenant, volumes), limits,
+                                                            request.seed)
             try:
                 env = request.env or {}
                 gateway = self.gateway.config_for(request.model_gateway,
@@ -168,6 +170,7 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
                     memory=snapshot is not None and self.engine.carries_memory(container_id),
                     limits=limits.model_dump() if limits else None,
                 )
+                await determinism.start_async(self.engine, claim, request.seed)
                 await self._writer.put(claim)
             except BaseException:
                 self.gateway.close(sandbox_id)
@@ -249,11 +252,12 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
         with self.held.using(claim), self.held.holding(claim):
             snapshot = snapshot_key(claim.tenant, claim.snapshot) if claim.snapshot else None
             own = Limits(**claim.limits) if claim.limits else None
-            warm = None if snapshot or claim.volumes or own else self.resources.take_warm(claim.template,
-                                                                                        claim.warmpool)
+            cold = snapshot or claim.volumes or own or determinism.needs_cold(self.engine, claim.template, claim.seed)
+            warm = None if cold else self.resources.take_warm(claim.template, claim.warmpool)
             try:
                 mounts = self.node_volumes.engine_mounts(claim.tenant, claim.volumes)
-                container_id = warm or self.resources.start_cold(claim.template, snapshot, mounts, own)
+                container_id = warm or self.resources.start_cold(claim.template, snapshot, mounts, own,
+                                                                 seed=claim.seed)
             except (CapacityExceeded, NotFound):
                 # No room for a second container, or its template or snapshot is gone: restart this one in place.
                 self.held.thaw(claim)
@@ -263,6 +267,7 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
                 return claim.info()
             self.costs.switch(claim.sandbox_id, container_id)
             old, claim.container_id, claim.paused = claim.container_id, container_id, None
+            determinism.start(self.engine, claim, claim.seed)  # the seed's start again
             self.store.put_claims([claim], released=[old])
             self.gateway.move(claim.sandbox_id, container_id)
         self.deletions.later(old)
@@ -295,7 +300,8 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
                 expires_at=now + parent.shutdown_after if parent.shutdown_after else None,
                 idle_pause_after=parent.idle_pause_after, env=dict(parent.env), labels=dict(parent.labels),
                 parent=parent.sandbox_id, last_used=idle_clock, volumes=read_only(parent.volumes),
-                memory=self.engine.carries_memory(container.id),
+                memory=self.engine.carries_memory(container.id), seed=container.info.seed,
+                template_digest=parent.template_digest,
             ) for container in containers]
             for child in children:
                 self.node_volumes.hold(child.tenant, child.sandbox_id, child.volumes)
@@ -324,12 +330,8 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         claim = self.held.get(tenant, sandbox_id)
         with as_sandbox(claim):
-            return await to_thread.run_sync(self._stats, claim)
-
-    def _stats(self, claim: Claim) -> SandboxStats:
-        stats = self.engine.stats(claim.container_id)
-        stats.cost = self.costs.cost(claim.sandbox_id)
-        return stats
+            return await to_thread.run_sync(lambda: self.engine.stats(claim.container_id).model_copy(
+                update={"cost": self.costs.cost(claim.sandbox_id)}))
 
     def _set_paused(self, claim: Claim, paused: str | None) -> SandboxInfo:
         with self.held.holding(claim), as_sandbox(claim):
@@ -359,14 +361,9 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
     # -- operations -------------------------------------------------------------------------
 
     async def health(self) -> dict[str, Any]:
-        pools = {pool.name: {"template": pool.template, "replicas": pool.resource.spec.replicas,
-                             "ready": len(pool.ready), "starting": pool.starting,
-                             "refill_concurrency": pool.resource.spec.refill_concurrency,
-                             "labels": pool.resource.metadata.labels}
-                 for pool in self.resources.pools.values()}
         named = {"node": self.name} if self.name else {}
         return {**named, "sandboxes": self.capacity.count, "max_sandboxes": self.capacity.max_sandboxes,
-                "claims": len(self.held.claims), "pools": pools}
+                "claims": len(self.held.claims), "pools": self.resources.health()}
 
     async def forget_claims(self) -> int:
         """Deletes every claim and its sandbox: the cluster declared them lost while this node was away, and their

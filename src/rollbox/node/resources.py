@@ -9,6 +9,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from anyio import to_thread
 
@@ -219,8 +220,17 @@ class Resources:
                                      "for less, or run the node with higher caps (--claim-caps)")
         return base.model_copy(update=wanted)
 
+    def health(self) -> dict[str, Any]:
+        """The warm pools as the node's health tells them."""
+        return {pool.name: {"template": pool.template, "replicas": pool.resource.spec.replicas,
+                            "ready": len(pool.ready), "starting": pool.starting,
+                            "refill_concurrency": pool.resource.spec.refill_concurrency,
+                            "labels": pool.resource.metadata.labels}
+                for pool in self.pools.values()}
+
     def start_cold(self, template: str | None, snapshot: str | None,
-                   volume_mounts: list[tuple[str, str, bool]] | None = None, limits: Limits | None = None) -> str:
+                   volume_mounts: list[tuple[str, str, bool]] | None = None, limits: Limits | None = None,
+                   seed: int | None = None) -> str:
         """Starts a container for a claim that found no warm one, at most `cold_starts` at a time (one with volumes
         always starts so: a warm container's mounts were fixed as it started)."""
         if snapshot is None:
@@ -229,7 +239,7 @@ class Resources:
             self.make_room()
             try:
                 return self.engine.create(template, snapshot=snapshot, volume_mounts=volume_mounts or (),
-                                          limits=limits).id
+                                          limits=limits, seed=seed).id
             except BaseException:
                 self.capacity.release(1)
                 raise

@@ -64,6 +64,11 @@ def episode_seed(seed: int, episode: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{episode}".encode()).digest()[:4], "big")
 
 
+def group_seed(seed: int, group: str) -> int:
+    """The seed a group's deterministic sandbox is claimed with: stable, and each group's own."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:sandbox:{group}".encode()).digest()[:7], "big")
+
+
 @dataclass
 class _Group:
     task: Task
@@ -83,6 +88,7 @@ class _Collector:
         self.policy = policy
         self.client = client
         self.seed = seed
+        self._templates: dict[str, bool] = {}
         self.tag = tag
         self.limits = limits
         self.log = log
@@ -112,12 +118,13 @@ class _Collector:
             await _all(self.run_episode(group, member, child, timings)
                        for member, child in zip(group.members, children, strict=True))
 
-    async def _fork(self, group: _Group) -> tuple[list[AsyncSandbox], dict[str, float]]:
+    async def _fork(self, group: _Group) -> tuple[list[AsyncSandbox], dict[str, Any]]:
         """Claims a warm sandbox, puts the task's start state in it and forks it: the sandbox and its forks
         (which the engine restarts over one frozen copy of its files) are the group's members."""
         started = time.perf_counter()
+        seed = group_seed(self.seed, f"{self.tag}/{group.id}") if await self._deterministic(group.task) else None
         parent = await self.client.create_sandbox(**group.task.start,  # type: ignore[arg-type]
-                                                  shutdown_after=self.limits.max_seconds + CLAIM_GRACE)
+                                                  shutdown_after=self.limits.max_seconds + CLAIM_GRACE, seed=seed)
         claimed = time.perf_counter()
         try:
             await prepare(parent, group.task)
@@ -128,20 +135,34 @@ class _Collector:
                 await parent.delete()
             raise
         timings = {"claim_ms": (claimed - started) * 1000, "setup_ms": (prepared - claimed) * 1000,
-                   "fork_ms": (time.perf_counter() - prepared) * 1000}
+                   "fork_ms": (time.perf_counter() - prepared) * 1000, "sandbox_seed": parent.info.seed}
         return [parent, *children], timings
+
+    async def _deterministic(self, task: Task) -> bool:
+        """Whether the task's template runs deterministic sandboxes: a group's claim then gives its seed."""
+        if task.template is None:
+            return False
+        if task.template not in self._templates:
+            try:
+                spec = (await self.client.get_template(task.template)).spec
+            except RollboxError:
+                spec = {}
+            self._templates[task.template] = bool(spec.get("deterministic"))
+        return self._templates[task.template]
 
     def _trajectory(self, group: _Group, member: int, **fields: Any) -> Trajectory:
         identifier = episode_id(self.tag, group.task, group.index, member)
         fields.setdefault("observation", "")
         return Trajectory(episode_id=identifier, task_id=group.task.id, group_id=f"{self.tag}/{group.id}",
-                          seed=episode_seed(self.seed, identifier), started_at=time.time(), **fields)
+                          seed=episode_seed(self.seed, identifier), member=member, started_at=time.time(), **fields)
 
-    async def run_episode(self, group: _Group, member: int, sandbox: AsyncSandbox, timings: dict[str, float]) -> None:
+    async def run_episode(self, group: _Group, member: int, sandbox: AsyncSandbox, timings: dict[str, Any]) -> None:
         async with self.episodes:
             started = time.perf_counter()
             episode = Episode(sandbox, group.task, self.limits)
-            trajectory = self._trajectory(group, member, observation=episode.observation, **timings)
+            trajectory = self._trajectory(group, member, observation=episode.observation,
+                                          forked=len(group.members) - 1, template_digest=sandbox.info.template_digest,
+                                          **timings)
             observation = Observation(episode.observation, group.task, trajectory.episode_id, 0, trajectory.seed,
                                       metadata=trajectory.metadata)
             with tracing.span("rollbox.rl.episode", {"rollbox.rl.episode": trajectory.episode_id,

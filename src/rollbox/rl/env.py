@@ -56,6 +56,10 @@ class AsyncSandboxEnv:
         self._sandbox = self.episode.sandbox
         return self.episode.observation, info
 
+    def task(self, task_id: str) -> Task:
+        """The environment's task of that id."""
+        return self._pick(task_id)
+
     def _pick(self, choice: str | Task | None) -> Task:
         if isinstance(choice, Task):
             return choice

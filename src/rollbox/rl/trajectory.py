@@ -42,6 +42,15 @@ class Trajectory(BaseModel):
     group_id: str
     """Episodes of one group started from the same forked sandbox state."""
     seed: int
+    sandbox_seed: int | None = None
+    """The seed the group's sandbox was claimed with, on a deterministic template (docs/determinism.md); a member
+    forked from it ran on a seed its index gives. None when the sandbox was not deterministic."""
+    template_digest: str | None = None
+    """The template the sandbox started from (its layers, settings and deterministic machine)."""
+    member: int = 0
+    """The episode's place in its group: 0 ran on the claimed sandbox, m on the (m-1)th child of its fork."""
+    forked: int = 0
+    """How many children the group's sandbox was forked into (a replay forks as many)."""
     observation: str
     """The first observation (the task's problem statement and instructions)."""
     steps: list[StepRecord] = Field(default_factory=list)

@@ -11,6 +11,7 @@
  *                  l output cap per stream | i stdin bytes | c close stdin | s signal | x run | P ping
  *                  I isolated: run in a throw-away copy of the sandbox (see isolate() in command.c)
  *                  H hold: close the socket while the host checkpoints (see hold() below)
+ *                  D set / Q read a deterministic sandbox's clock, streams and file times (det.c)
  *   agent -> host  p pid | o stdout | r stderr | z "exit signal timed_out out_trunc err_trunc" | P pong
  * Background processes (B, L, A), which outlive their connection, are described in processes.c.
  * Closing the connection before the command ends kills the command's process tree.
@@ -77,6 +78,37 @@ static void handle(int conn, int sigfd) {
 
 static const char *socket_path; /* --path only */
 
+/* A connection waits in the main process until its first frame has come: pings and the D and Q frames are
+ * answered there, without forking a handler, so that process ids are taken by commands alone and the same
+ * commands take the same ones (docs/determinism.md). */
+#define PENDING 64
+#define PENDING_MS 10000 /* a connection silent this long goes to a handler all the same */
+static struct {
+    int fd;
+    long long since;
+} pending[PENDING];
+static int npending;
+
+/* Answers the connection here if its first frame is one of those; returns 1 if it did (or the peer went away), 0 if
+ * a handler must take it, -1 if its first frame has not come whole yet. */
+static int answer_here(int conn) {
+    unsigned char header[5];
+    ssize_t got = recv(conn, header, 5, MSG_PEEK | MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return 1;
+    if (got < 5) return -1;
+    if (header[0] != 'P' && header[0] != 'D' && header[0] != 'Q') return 0;
+    struct timeval limit = {1, 0}; /* the main process never waits long on one connection */
+    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    char *data;
+    uint32_t len;
+    int type = read_frame(conn, &data, &len);
+    if (type < 0) return 1;
+    if (type == 'P') send_frame(conn, 'P', VERSION, sizeof VERSION - 1);
+    else det_frame(conn, type, data, len);
+    free(data);
+    return 1;
+}
+
 static int listen_path(const char *path) {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     strcpy(addr.sun_path, path);
@@ -108,8 +140,37 @@ static int hold(int listener) {
     return listener;
 }
 
+/* Forks the handler that takes the connection. */
+static void serve(int conn, int listener, int sigfd, sigset_t *chld) {
+    pid_t handler = fork();
+    if (handler == 0) {
+        /* A signalfd reports the signals of the process that created it (under gVisor
+         * too), so each handler makes its own to hear about its command's exit. */
+        close(listener);
+        close(sigfd);
+        close(registry[0]);
+        if (det_fifo >= 0) close(det_fifo);
+        for (int i = 0; i < npending; i++) close(pending[i].fd);
+        int own = signalfd(-1, chld, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (own < 0) die("signalfd");
+        handle(conn, own);
+        _exit(0);
+    }
+    if (handler < 0) {
+        const char *msg = "rollbox-agent: fork failed (process limit reached?)\n";
+        send_frame(conn, 'r', msg, (uint32_t)strlen(msg));
+        send_frame(conn, 'z', "126 0 0 0 0", 11);
+    }
+    close(conn);
+}
+
 int main(int argc, char **argv) {
     int listener = -1;
+    /* From the environment rather than the command line, which every command's `ps` shows: a sandbox claimed
+     * warm (seeded later by a D frame) and one started with its seed must look alike. */
+    char *deterministic = getenv("ROLLBOX_DETERMINISTIC");
+    if (deterministic) deterministic = strdup(deterministic);
+    unsetenv("ROLLBOX_DETERMINISTIC");
     if (argc == 3 && strcmp(argv[1], "--fd") == 0) {
         listener = atoi(argv[2]);
     } else if (argc == 3 && strcmp(argv[1], "--path") == 0) {
@@ -136,7 +197,8 @@ int main(int argc, char **argv) {
          * own and answer the host's commands, or fill the host's disk through it. */
         if (chown(dir, LOCKOUT_ID, LOCKOUT_ID) < 0) die("lock the socket directory");
     } else {
-        dprintf(2, "usage: %s --fd N | --path SOCKET\n", argv[0]);
+        dprintf(2, "usage: [ROLLBOX_DETERMINISTIC=SEED,NOW,BOOT,BORN,CPUS,MEMORY,RELEASE] %s --fd N | --path SOCKET\n",
+                argv[0]);
         return 2;
     }
     drop_capability(CAP_CHOWN);
@@ -152,6 +214,7 @@ int main(int argc, char **argv) {
     set_nonblock(listener);
     for (int fd = 3; fd < 1024; fd++)
         if (fd != listener) close(fd);
+    if (deterministic) det_open(deterministic);
     signal(SIGPIPE, SIG_IGN);
     sigset_t chld;
     sigemptyset(&chld);
@@ -163,8 +226,10 @@ int main(int argc, char **argv) {
     registry_open();
 
     for (;;) {
-        struct pollfd fds[3] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}, {registry[0], POLLIN, 0}};
-        if (poll(fds, 3, -1) < 0) {
+        struct pollfd fds[4 + PENDING] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}, {registry[0], POLLIN, 0},
+                                          {det_fifo, POLLOUT, 0}};
+        for (int i = 0; i < npending; i++) fds[4 + i] = (struct pollfd){pending[i].fd, POLLIN, 0};
+        if (poll(fds, (nfds_t)(4 + npending), npending ? 1000 : -1) < 0) {
             if (errno == EINTR) continue;
             die("poll");
         }
@@ -175,28 +240,23 @@ int main(int argc, char **argv) {
             pid_t reaped;
             while ((reaped = waitpid(-1, NULL, WNOHANG)) > 0) proc_reaped(reaped);
         }
+        if (fds[3].revents & POLLOUT) det_refill();
         registry_drain();
-        if (!(fds[0].revents & POLLIN)) continue;
         int conn;
+        for (int i = npending - 1; i >= 0; i--) { /* backwards: a connection dealt with takes the last one's place */
+            if (!fds[4 + i].revents && now_ms() - pending[i].since < PENDING_MS) continue;
+            int answered = answer_here(pending[i].fd);
+            if (answered < 0 && now_ms() - pending[i].since < PENDING_MS) continue;
+            conn = pending[i].fd;
+            pending[i] = pending[--npending];
+            if (answered > 0) close(conn);
+            else serve(conn, listener, sigfd, &chld);
+        }
+        if (!(fds[0].revents & POLLIN)) continue;
         while (registry_drain(), (conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-            pid_t handler = fork();
-            if (handler == 0) {
-                /* A signalfd reports the signals of the process that created it (under gVisor
-                 * too), so each handler makes its own to hear about its command's exit. */
-                close(listener);
-                close(sigfd);
-                close(registry[0]);
-                int own = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-                if (own < 0) die("signalfd");
-                handle(conn, own);
-                _exit(0);
-            }
-            if (handler < 0) {
-                const char *msg = "rollbox-agent: fork failed (process limit reached?)\n";
-                send_frame(conn, 'r', msg, (uint32_t)strlen(msg));
-                send_frame(conn, 'z', "126 0 0 0 0", 11);
-            }
-            close(conn);
+            if (npending < PENDING) pending[npending++] = (typeof(pending[0])){conn, now_ms()};
+            else serve(conn, listener, sigfd, &chld);
         }
     }
 }
+

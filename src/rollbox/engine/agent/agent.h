@@ -9,6 +9,7 @@
  *   run.c         a command that runs while its connection waits (the x frame)
  *   processes.c   background processes: their table in the main process, and the wire format
  *   background.c  starting one; supervisor.c follows it; ring.c keeps its output
+ *   det.c         the deterministic mode: the virtual machine's page (det.h), /dev/urandom, D and Q frames
  */
 #ifndef ROLLBOX_AGENT_H
 #define ROLLBOX_AGENT_H
@@ -18,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -32,6 +34,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sched.h>
 #include <sys/signalfd.h>
@@ -43,6 +46,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "det.h"
 
 #define MAX_FRAME (64u << 20)
 #define MAX_ITEMS 65536
@@ -75,6 +80,14 @@ struct stream {
     int truncated;
 };
 
+#if defined(__x86_64__)
+#define NATIVE_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define NATIVE_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "rollbox-agent: name this architecture's AUDIT_ARCH for the command seccomp filters"
+#endif
+
 extern char **environ;
 extern char self_exe[256]; /* agent.c */
 
@@ -98,6 +111,16 @@ int read_stat(pid_t pid, int *ppid, unsigned long long *start);
 int is_descendant(pid_t pid, pid_t root);
 void kill_tree(pid_t pgid, int subreaper, unsigned long long since);
 void signal_descendants(pid_t root, int sig);
+
+/* det.c (deterministic sandboxes only: det is NULL otherwise) */
+extern struct det_page *det;
+extern int det_fifo;
+void det_open(const char *arg);
+void det_refill(void);
+void det_frame(int conn, int type, const char *data, uint32_t len);
+void det_command_start(void);
+void det_command_end(void);
+void det_exec(struct request *rq);
 
 /* run.c */
 void run_request(int conn, struct request *rq, int sigfd);

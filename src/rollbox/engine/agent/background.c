@@ -49,6 +49,7 @@ void run_background(int conn, struct request *rq, int sigfd) {
     s.subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
     int unused;
     read_stat(getpid(), &unused, &s.since);
+    det_command_start();
     s.pid = fork();
     if (s.pid < 0) return send_error(conn, "fork failed (process limit reached?)");
     if (s.pid == 0) exec_command(rq, child_in, child_out, child_err, report[1], -1, -1);

@@ -6,13 +6,6 @@
  * (engine/seccomp.py); no command may: user namespaces and mounts are the kernel's most attacked
  * surface. This filter stacks on the sandbox's, which still denies everything else it lists. */
 #define DENY_IF(nr) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
-#if defined(__x86_64__)
-#define NATIVE_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define NATIVE_ARCH AUDIT_ARCH_AARCH64
-#else
-#error "rollbox-agent: name this architecture's AUDIT_ARCH for the command seccomp filter"
-#endif
 static int deny_namespaces(void) {
     struct sock_filter filter[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
@@ -211,6 +204,7 @@ void exec_command(struct request *rq, int in, int out, int err, int report, int 
     if (syscall(SYS_capset, &hdr, data) < 0) goto fail;
     stage = "seccomp";
     if (deny_namespaces() < 0) goto fail;
+    det_exec(rq);
     stage = "exec";
     environ = rq->envp ? rq->envp : (char *[]){NULL};
     execvp(rq->argv[0], rq->argv);

@@ -26,6 +26,7 @@ void run_request(int conn, struct request *rq, int sigfd) {
     int unused;
     unsigned long long since = 0;
     read_stat(getpid(), &unused, &since);
+    det_command_start();
     pid_t pid = fork();
     if (pid < 0) {
         const char *msg = "rollbox-agent: fork failed (process limit reached?)\n";
@@ -131,6 +132,7 @@ void run_request(int conn, struct request *rq, int sigfd) {
         }
     }
     if (!exited) waitpid(pid, &status, 0);
+    det_command_end();
     /* Output the command wrote before it ended is already in the pipes: forward it. What
      * background processes write later is drained and dropped below, so they never see EPIPE. */
     for (int i = 0; i < 2; i++)
