@@ -11,14 +11,13 @@ and memory too).
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import shutil
 import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollbox.engine import accounting, determinism, mounts, netns, recovery, volumes
+from rollbox.engine import accounting, determinism, mounts, recovery, volumes
 from rollbox.engine.agent import agent_binary, compat_library
 from rollbox.engine.agent_client import AgentRequest, OutputCallback
 from rollbox.engine.builder import Builder, Progress
@@ -40,7 +39,7 @@ from rollbox.engine.processes import ContainerProcesses
 from rollbox.engine.runtimes import Runtime
 from rollbox.engine.store import ContainerRecord, Image, Store
 from rollbox.engine.templates import Templates
-from rollbox.errors import InvalidRequest, RuntimeUnavailable, SandboxNotFound, SnapshotNotFound
+from rollbox.errors import InvalidRequest, SandboxNotFound, SnapshotNotFound
 from rollbox.models import MAX_FORK, ExecResult, SandboxStats, SnapshotInfo
 from rollbox.spec import Limits, SandboxTemplate
 
@@ -157,19 +156,8 @@ class Engine:
         return record.state == "stopped" or self.launcher.stopped(record)
 
     def listen(self, container_id: str, host: str, port: int) -> socket.socket:
-        """A socket of this process listening on (host, port) inside the container's network (`netns.py`)."""
-        record = self._record(container_id)
-        if not self.runtime(record.runtime).joins_netns:
-            raise InvalidRequest(f"runtime {record.runtime} keeps the sandbox's network inside its own kernel, where "
-                                 "no address of the host's can be put: use a runc template for this")
-        pidfd = self.exit_fd(container_id)
-        if pidfd is None:
-            raise RuntimeUnavailable(f"runtime {record.runtime} does not say which process is container "
-                                     f"{container_id}'s init")
-        try:
-            return netns.listen_in(pidfd, host, port)
-        finally:
-            os.close(pidfd)
+        """See `Launcher.listen`."""
+        return self.launcher.listen(self._record(container_id), host, port)
 
     def get(self, container_id: str) -> Container:
         self._record(container_id)

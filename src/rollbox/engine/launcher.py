@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from rollbox.engine import determinism, mounts, volumes
+from rollbox.engine import determinism, mounts, netns, volumes
 from rollbox.engine.agent import determinism_library
 from rollbox.engine.agent_client import AgentClient
 from rollbox.engine.cgroups import Cgroups
@@ -206,6 +206,20 @@ class Launcher:
             return self.runtime(record.runtime).init_pidfd(record.oci_id)
         except ProcessLookupError:
             raise SandboxNotRunning("has stopped: reset it or start a new one", container_id=record.id) from None
+
+    def listen(self, record: ContainerRecord, host: str, port: int) -> socket.socket:
+        """A socket of this process listening on (host, port) inside the container's network (`netns.py`)."""
+        if not self.runtime(record.runtime).joins_netns:
+            raise InvalidRequest(f"runtime {record.runtime} keeps the sandbox's network inside its own kernel, where "
+                                 "no address of the host's can be put: use a runc template for this")
+        pidfd = self.exit_fd(record)
+        if pidfd is None:
+            raise RuntimeUnavailable(f"runtime {record.runtime} does not say which process is container "
+                                     f"{record.id}'s init")
+        try:
+            return netns.listen_in(pidfd, host, port)
+        finally:
+            os.close(pidfd)
 
     def stopped(self, record: ContainerRecord) -> bool:
         """Whether the container has stopped, told by its init's pidfd: no round trip to the agent, so a
