@@ -48,6 +48,7 @@ from rollbox.models import (
     SnapshotInfo,
     SnapshotRequest,
     TemplateInfo,
+    TrafficToken,
     VolumeInfo,
     VolumeRequest,
     WarmPoolInfo,
@@ -67,6 +68,7 @@ _EXEC = _json(TypeAdapter(ExecResult))
 _FILE = _json(TypeAdapter(FileInfo))
 _FILES = _json(TypeAdapter(list[FileInfo]))
 _ARCHIVE = _json(TypeAdapter(ArchiveResult))
+_TRAFFIC_TOKEN = _json(TypeAdapter(TrafficToken))
 
 
 _BINARY = {"content-type": "application/octet-stream"}
@@ -193,6 +195,17 @@ def get_sandbox(sandbox_id: str) -> Call[SandboxInfo]:
 
 def delete_sandbox(sandbox_id: str) -> Call[None]:
     return _delete(_sandbox(sandbox_id))
+
+
+def traffic_token(sandbox_id: str) -> Call[TrafficToken]:
+    return _get(_sandbox(sandbox_id, "/traffic_token"), _TRAFFIC_TOKEN)
+
+
+def port_url(base_url: str, sandbox_id: str, port: int, path: str) -> str:
+    """Where the router passes requests to `port` in the sandbox (docs/ports.md)."""
+    if not 1 <= port <= 65535:
+        raise errors.InvalidRequest(f"port {port}: give a port from 1 to 65535")
+    return f"{base_url.rstrip('/')}{_sandbox(sandbox_id, f'/ports/{port}')}/{path.lstrip('/')}"
 
 
 def reset(sandbox_id: str) -> Call[SandboxInfo]:

@@ -30,6 +30,7 @@ from rollbox.models import (
     SandboxStats,
     SnapshotInfo,
     TemplateInfo,
+    TrafficToken,
     VolumeInfo,
     WarmPoolInfo,
 )
@@ -232,6 +233,15 @@ class AsyncSandbox:
     async def resume(self) -> AsyncSandbox:
         self.info = await self._client._send(calls.resume(self.id))
         return self
+
+    def url(self, port: int, path: str = "/") -> str:
+        """The URL of `port` in this sandbox, through the router: send the tenant's token with each request, or the
+        sandbox's `traffic_token()` (docs/ports.md)."""
+        return calls.port_url(self._client.base_url, self.id, port, path)
+
+    async def traffic_token(self) -> TrafficToken:
+        """A token that opens this sandbox's ports, and nothing else, to whoever holds it."""
+        return await self._client._send(calls.traffic_token(self.id))
 
     async def stats(self) -> SandboxStats:
         """What the sandbox uses now: memory and its peak, CPU seconds, processes, disk."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shutil
-import threading
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,11 +29,12 @@ from rollbox.engine.files import ContainerFiles
 from rollbox.engine.images.registry import Credentials, RegistrySettings
 from rollbox.engine.images.store import ImageStore, PulledImage
 from rollbox.engine.launcher import Launcher
-from rollbox.engine.layering import Layering
+from rollbox.engine.layering import Layering, has_frozen_layers
 from rollbox.engine.layers import UPPER_PREFIX, LayerStore
 from rollbox.engine.lifecycle import Lifecycle
 from rollbox.engine.live import Live
 from rollbox.engine.network import Networks
+from rollbox.engine.ports import Ports
 from rollbox.engine.processes import ContainerProcesses
 from rollbox.engine.runtimes import Runtime
 from rollbox.engine.store import ContainerRecord, Image, Store
@@ -82,7 +83,7 @@ class Engine:
         self._locked = self._lifecycle.locked
         self._layering = Layering(self._lifecycle, self.cgroups, self.delete)
         self._live = Live(self._lifecycle, self.delete)
-        self._lock = threading.Lock()  # one collection of layers at a time
+        self._ports = Ports()
         if recover:
             self.recover()
 
@@ -166,7 +167,7 @@ class Engine:
             if record.state == "paused":
                 self.cgroups.freeze(record.oci_id, False)
             self._lifecycle.destroy(record)
-        if _has_frozen_layers(record.image):
+        if has_frozen_layers(record.image):
             self.collect_layers()
         if record.checkpoint or record.baseline.checkpoint:
             self.collect_checkpoints()
@@ -179,7 +180,7 @@ class Engine:
             record = self._record(container_id)
             old_image = record.image
             self._lifecycle.reset(record)
-        if _has_frozen_layers(old_image):
+        if has_frozen_layers(old_image):
             self.collect_layers()
 
     def fork(self, container_id: str, count: int) -> list[Container]:
@@ -321,6 +322,12 @@ class Engine:
                                   lambda command, **options: self._agent_request(container_id, command, **options)[1],
                                   record.limits["output"])
 
+    async def open_port(self, container_id: str, port: int) -> socket.socket:
+        """A connected socket to `port` on the loopback of a running container (resume a paused one first)."""
+        record = self._record(container_id)
+        return await self._ports.open(self.runtime(record.runtime), record.oci_id, self.launcher.agent_client(record),
+                                      port)
+
     def stats(self, container_id: str) -> SandboxStats:
         return self.launcher.stats(self._record(container_id))
 
@@ -345,14 +352,7 @@ class Engine:
 
     def collect_layers(self) -> None:
         """Removes container-made layers (frozen uppers) that no container or snapshot uses any more."""
-        with self._lock:
-            # List first, then read what is referenced: an upper is recorded before it is created,
-            # so every upper in the listing is in the references read after it.
-            candidates = [layer for layer in self.layers.all_ids() if layer.startswith(UPPER_PREFIX)]
-            used = self.store.referenced_layers()
-            for layer in candidates:
-                if layer not in used:
-                    self.layers.remove(layer)
+        self._layering.collect()
 
     def delete_volume(self, key: str) -> None:
         """Deletes a volume once no container binds it (waiting a little for containers being deleted)."""
@@ -384,6 +384,7 @@ class Engine:
         when none is left, the engine's run directory and cgroup parents go too, so that a stopped server
         leaves nothing on the machine outside its data directory."""
         self._lifecycle.reaper.stop()
+        self._ports.close()
         self.store.close()
         self.images.close()
         if not self._records:
@@ -398,8 +399,3 @@ class Engine:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-
-def _has_frozen_layers(image: Image) -> bool:
-    """Whether dropping a container over `image` can leave a frozen upper unused: only then is `collect_layers`
-    worth its cost, which grows with the number of containers."""
-    return any(layer.startswith(UPPER_PREFIX) for layer in image.layers)

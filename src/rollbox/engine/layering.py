@@ -9,14 +9,16 @@ snapshot always freezes the upper, and the container goes on over it.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from rollbox.engine import volumes
 from rollbox.engine.cgroups import Cgroups
+from rollbox.engine.layers import UPPER_PREFIX
 from rollbox.engine.lifecycle import Lifecycle
-from rollbox.engine.store import ContainerRecord
+from rollbox.engine.store import ContainerRecord, Image
 from rollbox.spec import Limits
 
 FORK_COPY_BYTES = 8 * 2**20
@@ -34,6 +36,19 @@ class Layering:
         self.lifecycle = lifecycle
         self.cgroups = cgroups
         self.delete = delete
+        self._collecting = threading.Lock()
+
+    def collect(self) -> None:
+        """Removes container-made layers (frozen uppers) that no container or snapshot uses any more."""
+        layers, store = self.lifecycle.layers, self.lifecycle.store
+        with self._collecting:
+            # List first, then read what is referenced: an upper is recorded before it is created,
+            # so every upper in the listing is in the references read after it.
+            candidates = [layer for layer in layers.all_ids() if layer.startswith(UPPER_PREFIX)]
+            used = store.referenced_layers()
+            for layer in candidates:
+                if layer not in used:
+                    layers.remove(layer)
 
     def fork(self, parent: ContainerRecord, count: int) -> list[ContainerRecord]:
         """Starts `count` children over the parent's files; their processes start afresh."""
@@ -72,3 +87,9 @@ class Layering:
         self.lifecycle.store.put_snapshot(name, record.template, image, record.id, now)
         self.lifecycle.launch(record)
         return now
+
+
+def has_frozen_layers(image: Image) -> bool:
+    """Whether dropping a container over `image` can leave a frozen upper unused: only then is collecting layers
+    worth its cost, which grows with the number of containers."""
+    return any(layer.startswith(UPPER_PREFIX) for layer in image.layers)

@@ -42,6 +42,18 @@ FileOp = Literal["read", "write", "remove", "list", "stat", "mkdir", "download_t
 """The operations of `rollbox.engine.files.ContainerFiles`, by name, so they can cross a transport."""
 
 
+class PortStream(Protocol):
+    """The bytes of one connection to a port inside a sandbox (`Node.open_port`)."""
+
+    async def read(self) -> bytes:
+        """What the sandbox's server sent next (a chunk of any size); b"" once it has finished sending."""
+    async def write(self, data: bytes) -> None: ...
+    async def write_eof(self) -> None:
+        """Tells the server nothing more is coming (it may still answer)."""
+    async def close(self) -> None:
+        """Ends the connection; the sandbox counts as in use until then."""
+
+
 class Node(Protocol):
     # -- resources --------------------------------------------------------------------------
     async def apply(self, resource: Resource, progress: Callable[[str], None], tenant: str | None = None
@@ -74,6 +86,9 @@ class Node(Protocol):
         """What the sandbox uses now: memory (and its peak), CPU seconds, processes, disk."""
     async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
         """Deletes the sandbox `seconds` from now instead of when its claim said."""
+    async def open_port(self, tenant: str, sandbox_id: str, port: int) -> PortStream:
+        """A connection to `port` on the sandbox's loopback (docs/ports.md), resuming a paused sandbox first.
+        PortClosed when nothing listens there."""
 
     # -- processes (docs/processes.md) ------------------------------------------------------
     async def start_process(self, tenant: str, sandbox_id: str, request: ProcessRequest) -> ProcessInfo:

@@ -1,16 +1,13 @@
 """`LocalNode`: this machine's templates, warm pools and claims, over an in-process engine.
 
-A tenant's sandbox is a claim on one of the engine's containers; `reset` points the claim at a fresh
-container and deletes the old one in the background, so the sandbox id never changes. Blocking engine
-calls run in worker threads; the hot paths stay on the event loop: `exec` (the engine's agent client
-is async) and a warm claim (popping a pool and one SQLite write).
-
-The node composes its parts: `Capacity` (room and quotas), `Resources` (templates, warm pools, starts),
-`Deletions` (containers going in the background), `HeldClaims` (the claims, each call's use of one, and
-dropping one), `ClaimWriter` (claims' commits), a `Sweeper` thread (expiry, idle pause, reconciling with the
-engine) and `recover` (what a restart finds).
+A tenant's sandbox is a claim on one of the engine's containers; `reset` points the claim at a fresh container and
+deletes the old one in the background, so the sandbox id never changes. Blocking engine calls run in worker threads;
+the hot paths stay on the event loop: `exec` (the engine's agent client is async) and a warm claim (popping a pool
+and one SQLite write). The node composes its parts: `Capacity` (room and quotas), `Resources` (templates, warm
+pools, starts), `Deletions` (containers going in the background), `HeldClaims` (the claims, each call's use of one,
+and dropping one), `ClaimWriter` (claims' commits), a `Sweeper` thread (expiry, idle pause, reconciling with the
+engine) and `recover` (what a restart finds); processes, images and ports are mixins of their own.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -53,6 +50,7 @@ from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
 from rollbox.node.held import HeldClaims
 from rollbox.node.images import ImageOperations, NodeImages
+from rollbox.node.ports import PortOperations
 from rollbox.node.processes import ProcessOperations
 from rollbox.node.recovery import recover
 from rollbox.node.resources import Resources
@@ -65,7 +63,7 @@ from rollbox.spec import Limits, Metadata, Resource
 FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 
 
-class LocalNode(ProcessOperations, ImageOperations):
+class LocalNode(ProcessOperations, ImageOperations, PortOperations):
     """The `Node` of this machine. Thread-safe; one per engine.
 
     `max_sandboxes` caps every container on the node (claimed, warm, starting, being deleted);

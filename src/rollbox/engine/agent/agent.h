@@ -9,6 +9,7 @@
  *   run.c         a command that runs while its connection waits (the x frame)
  *   processes.c   background processes: their table in the main process, and the wire format
  *   background.c  starting one; supervisor.c follows it; ring.c keeps its output
+ *   port.c        a port inside the sandbox, opened for the host (the N frame)
  */
 #ifndef ROLLBOX_AGENT_H
 #define ROLLBOX_AGENT_H
@@ -23,6 +24,8 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -66,6 +69,7 @@ struct request {
     int isolated;
     char *background, *tag; /* processes.c */
     int pty, rows, cols, shell;
+    int pass_socket; /* port.c */
 };
 
 struct stream {
@@ -101,6 +105,9 @@ void signal_descendants(pid_t root, int sig);
 
 /* run.c */
 void run_request(int conn, struct request *rq, int sigfd);
+
+/* port.c */
+void open_port(int conn, const char *port, int pass_socket);
 
 /* -- background processes ------------------------------------------------------------------------ */
 
