@@ -96,7 +96,10 @@ class WebSocketClient:
             if self._pending:
                 break
             data = await self.stream.read()
-            self._ws.receive_data(data or None)
+            try:
+                self._ws.receive_data(data or None)
+            except RemoteProtocolError as error:
+                raise PortClosed(f"the sandbox's server broke the WebSocket protocol: {error}") from None
         event = self._pending.pop(0)
         if isinstance(event, RejectData):
             return await self._event()
@@ -108,6 +111,7 @@ async def proxy_websocket(scope: Scope, receive: Receive, send: Send, stream: Po
     """Opens the WebSocket to the sandbox's server, accepts the client's with the same subprotocol, and passes the
     messages both ways until either side closes."""
     host = dict(scope["headers"]).get(b"host", b"localhost").decode("latin-1")
+    headers = [(key, value) for key, value in headers if not key.lower().startswith(b"sec-websocket-")]
     upstream = WebSocketClient(stream)
     if (await receive())["type"] != "websocket.connect":
         return
