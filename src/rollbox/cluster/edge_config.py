@@ -150,6 +150,7 @@ http {{
     "~^(?:GET|PUT) /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/files(?:\\?[^#]*)?$" $1;
     "~^(?:GET|DELETE) /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+$" $1;
     "~^GET /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/stats$" $1;
+    "~^[A-Z]+ /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/(?:ports|tunnel)/[0-9]+(?:[/?][^#]*)?$" $1;
   }}
   map $rollbox_node $rollbox_node_upstream {{
     default "";
@@ -213,6 +214,31 @@ http {{
       proxy_set_header Connection "";
       proxy_set_header Authorization $rollbox_authorization;
       proxy_set_header {tenant_header} $rollbox_acting_for;
+    }}
+    location ~ ^/v1/sandboxes/[^/]+/(?:ports|tunnel)/[0-9]+(?:/|$) {{
+      # Traffic to a sandbox's port (docs/ports.md): with a token nginx knows, straight to the sandbox's node, as
+      # it comes (bodies streamed both ways, WebSockets upgraded); with a traffic token, to the router.
+      client_max_body_size {max_body};
+      error_page 413 = @too_large;
+      error_page 502 504 = @port_unreached;
+      proxy_request_buffering off;
+      proxy_pass http://$rollbox_upstream;
+      proxy_set_header Host $http_host;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $rollbox_connection;
+      proxy_set_header Authorization $rollbox_authorization;
+      proxy_set_header {tenant_header} $rollbox_acting_for;
+    }}
+    location @port_unreached {{
+      default_type application/json;
+      if ($upstream_bytes_sent != "0") {{ {dropped} }}
+      error_page 502 504 = @router_gone;
+      proxy_request_buffering off;
+      proxy_pass http://rollbox_router;
+      proxy_set_header Host $http_host;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $rollbox_connection;
+      proxy_set_header {tenant_header} "";
     }}
     location @unreached {{
       default_type application/json;

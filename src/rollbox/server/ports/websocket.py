@@ -34,6 +34,14 @@ MAX_MESSAGE = 16 * 2**20
 """Bytes one message may hold (a larger one closes the WebSocket with 1009), as uvicorn's own limit."""
 
 
+class Rejected(PortClosed):
+    """The server answered the WebSocket's opening handshake with a plain HTTP answer (an error, a redirect)."""
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        super().__init__(f"the sandbox's server refused the WebSocket with status {status}")
+        self.answer = (status, headers, body)
+
+
 class WebSocketClient:
     """The client's side of one WebSocket over `stream`."""
 
@@ -55,7 +63,15 @@ class WebSocketClient:
                 self.subprotocol = event.subprotocol
                 return
             if isinstance(event, RejectConnection):
-                raise PortClosed(f"the sandbox's server refused the WebSocket with status {event.status_code}")
+                body = b""
+                while event.has_body:
+                    data = await self._event()
+                    if not isinstance(data, RejectData):
+                        break
+                    body += data.data
+                    if data.body_finished:
+                        break
+                raise Rejected(event.status_code, list(event.headers), body)
             if event is None:
                 raise PortClosed("the sandbox's server closed the connection during the WebSocket handshake")
 
@@ -100,10 +116,7 @@ class WebSocketClient:
                 self._ws.receive_data(data or None)
             except RemoteProtocolError as error:
                 raise PortClosed(f"the sandbox's server broke the WebSocket protocol: {error}") from None
-        event = self._pending.pop(0)
-        if isinstance(event, RejectData):
-            return await self._event()
-        return event
+        return self._pending.pop(0)
 
 
 async def proxy_websocket(scope: Scope, receive: Receive, send: Send, stream: PortStream, target: str,
@@ -115,7 +128,15 @@ async def proxy_websocket(scope: Scope, receive: Receive, send: Send, stream: Po
     upstream = WebSocketClient(stream)
     if (await receive())["type"] != "websocket.connect":
         return
-    await upstream.open(host, target, headers, list(scope.get("subprotocols", [])))
+    try:
+        await upstream.open(host, target, headers, list(scope.get("subprotocols", [])))
+    except Rejected as rejected:
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            raise
+        status, answer_headers, body = rejected.answer
+        await send({"type": "websocket.http.response.start", "status": status, "headers": answer_headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
     await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
 
     async def from_client() -> None:
