@@ -62,7 +62,7 @@ class Target:
     sandbox_id: str
     port: int
     path: str
-    style: Literal["path", "host", "tunnel"]
+    style: Literal["path", "host", "header", "tunnel"]
 
 
 class Ports:
