@@ -6,6 +6,7 @@ this one place.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -220,8 +221,14 @@ def snapshot(sandbox_id: str, name: str) -> Call[SnapshotInfo]:
     return _post(_sandbox(sandbox_id, "/snapshot"), _SNAPSHOT, _body(SnapshotRequest, name=name))
 
 
-def pause(sandbox_id: str) -> Call[SandboxInfo]:
-    return _post(_sandbox(sandbox_id, "/pause"), _SANDBOX)
+def set_network(sandbox_id: str, network: spec.Network) -> Call[SandboxInfo]:
+    return Call("PUT", _sandbox(sandbox_id, "/network"), _SANDBOX, body=_dump(network), headers=JSON)
+
+
+def pause(sandbox_id: str, memory: bool = True) -> Call[SandboxInfo]:
+    if memory:
+        return _post(_sandbox(sandbox_id, "/pause"), _SANDBOX)
+    return Call("POST", _sandbox(sandbox_id, "/pause"), _SANDBOX, params={"memory": "false"})
 
 
 def resume(sandbox_id: str) -> Call[SandboxInfo]:
@@ -279,8 +286,11 @@ def read_file(sandbox_id: str, path: str) -> Call[bytes]:
     return _get(_sandbox(sandbox_id, "/files"), _content, {"path": path})
 
 
-def write_file(sandbox_id: str, path: str, data: str | bytes, mode: int | None) -> Call[None]:
+def write_file(sandbox_id: str, path: str, data: str | bytes, mode: int | None,
+               metadata: dict[str, str] | None = None) -> Call[None]:
     params = {"path": path} if mode is None else {"path": path, "mode": str(mode)}
+    if metadata:
+        params["metadata"] = json.dumps(metadata)
     return Call("PUT", _sandbox(sandbox_id, "/files"), _none, params=params, body=data, headers=_BINARY,
                 idempotent=True)
 

@@ -48,7 +48,7 @@ from rollbox.models import (
 )
 from rollbox.node.base import FileOp, OutputCallback, PortStream
 from rollbox.node.images import ImageOperations
-from rollbox.spec import Resource, SandboxTemplate
+from rollbox.spec import Network, Resource, SandboxTemplate
 
 log = logging.getLogger("rollbox.cluster")
 T = TypeVar("T")
@@ -222,8 +222,8 @@ class ClusterNode(ImageOperations, ClusterProcesses):
         """The children live on the parent's node: a fork shares its layers there."""
         return await self._at(sandbox_id, lambda node: node.fork(tenant, sandbox_id, count))
 
-    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
-        return await self._at(sandbox_id, lambda node: node.pause(tenant, sandbox_id))
+    async def pause(self, tenant: str, sandbox_id: str, memory: bool = True) -> SandboxInfo:
+        return await self._at(sandbox_id, lambda node: node.pause(tenant, sandbox_id, memory))
 
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await self._at(sandbox_id, lambda node: node.resume(tenant, sandbox_id))
@@ -233,6 +233,9 @@ class ClusterNode(ImageOperations, ClusterProcesses):
 
     async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
         return await self._at(sandbox_id, lambda node: node.set_shutdown_after(tenant, sandbox_id, seconds))
+
+    async def set_network(self, tenant: str, sandbox_id: str, network: Network) -> SandboxInfo:
+        return await self._at(sandbox_id, lambda node: node.set_network(tenant, sandbox_id, network))
 
     async def open_port(self, tenant: str, sandbox_id: str, port: int) -> PortStream:
         """A tunnel to the port through the sandbox's node agent (tunnel.py)."""

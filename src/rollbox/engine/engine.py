@@ -29,8 +29,8 @@ from rollbox.engine.files import ContainerFiles
 from rollbox.engine.images.registry import Credentials, RegistrySettings
 from rollbox.engine.images.store import ImageStore, PulledImage
 from rollbox.engine.launcher import Launcher
-from rollbox.engine.layering import Layering, has_frozen_layers
-from rollbox.engine.layers import UPPER_PREFIX, LayerStore
+from rollbox.engine.layering import Layering, has_frozen_layers, image_size
+from rollbox.engine.layers import LayerStore
 from rollbox.engine.lifecycle import Lifecycle
 from rollbox.engine.live import Live
 from rollbox.engine.network import Networks
@@ -41,7 +41,7 @@ from rollbox.engine.store import ContainerRecord, Image, Store
 from rollbox.engine.templates import Templates
 from rollbox.errors import InvalidRequest, SandboxNotFound, SnapshotNotFound
 from rollbox.models import MAX_FORK, ExecResult, SandboxStats, SnapshotInfo
-from rollbox.spec import Limits, SandboxTemplate
+from rollbox.spec import Limits, Network, SandboxTemplate
 
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox")
 RUN_ROOT = Path("/run/rollbox")
@@ -213,7 +213,8 @@ class Engine:
 
     def snapshots(self) -> list[SnapshotInfo]:
         return [SnapshotInfo(name=n, template=t, created_at=c, source=s, memory=i.checkpoint is not None,
-                             size=self._image_size(i)) for n, t, i, s, c in self.store.snapshots()]
+                             size=image_size(self.layers, self.checkpoints, i))
+                for n, t, i, s, c in self.store.snapshots()]
 
     def delete_snapshot(self, name: str) -> None:
         if self.store.snapshot(name) is None:
@@ -231,16 +232,7 @@ class Engine:
 
     def snapshot_size(self, name: str) -> int | None:
         found = self.store.snapshot(name)
-        return None if found is None else self._image_size(found[1])
-
-    def _image_size(self, image: Image) -> int:
-        """Bytes a snapshot holds of its own: its files (the frozen upper on top) and its checkpoint image."""
-        top = image.layers[0] if image.layers and image.layers[0].startswith(UPPER_PREFIX) else None
-        files = self.layers.upper_bytes(top) if top and self.layers.exists(top) else 0
-        with contextlib.suppress(OSError):
-            files += self.checkpoints.size(image.checkpoint) if image.checkpoint else 0
-        return files
-
+        return None if found is None else image_size(self.layers, self.checkpoints, found[1])
     def _awake(self, record: ContainerRecord) -> ContainerRecord:
         """The record of a container that runs, restoring one in standby first (callers hold its lock)."""
         if record.state == "standby":
@@ -259,14 +251,18 @@ class Engine:
         """Removes checkpoint images no snapshot or container needs any more."""
         self.checkpoints.collect(self.store.referenced_checkpoints())
 
-    def pause(self, container_id: str) -> None:
-        """Freezes every process of the container: it uses no CPU and keeps its memory and files. Where the
-        runtime can checkpoint (gVisor), it goes to standby instead: saved to disk, holding no memory."""
+    def pause(self, container_id: str, memory: bool = True) -> None:
+        """Freezes the container's processes (no CPU; memory and files kept), or under gVisor saves it to disk in
+        standby; without `memory` it stops, keeping its files alone, and its resume starts it again over them."""
         with self._locked(container_id):
             record = self._record(container_id)
-            if record.state == "running" and self.carries_memory(container_id):
+            if record.state != "running":
+                return
+            if not memory:
+                self._live.set_aside(record)
+            elif self.carries_memory(container_id):
                 self._live.standby(record)
-            elif record.state == "running":
+            else:
                 self.cgroups.freeze(record.oci_id, True)
                 record.state = "paused"
                 self._lifecycle.save(record)
@@ -321,6 +317,9 @@ class Engine:
         return ContainerProcesses(self.launcher.agent_client(record),
                                   lambda command, **options: self._agent_request(container_id, command, **options)[1],
                                   record.limits["output"])
+
+    def narrow_network(self, container_id: str, policy: Network) -> None:
+        self.networks.narrow(self._record(container_id).id, policy)
 
     async def open_port(self, container_id: str, port: int) -> socket.socket:
         """A connected socket to `port` on the loopback of a running container (resume a paused one first)."""

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rollbox.engine import volumes
 from rollbox.engine.cgroups import Cgroups
-from rollbox.engine.layers import UPPER_PREFIX
+from rollbox.engine.checkpoints import Checkpoints
+from rollbox.engine.layers import UPPER_PREFIX, LayerStore
 from rollbox.engine.lifecycle import Lifecycle
 from rollbox.engine.store import ContainerRecord, Image
 from rollbox.spec import Limits
@@ -93,3 +94,12 @@ def has_frozen_layers(image: Image) -> bool:
     """Whether dropping a container over `image` can leave a frozen upper unused: only then is collecting layers
     worth its cost, which grows with the number of containers."""
     return any(layer.startswith(UPPER_PREFIX) for layer in image.layers)
+
+
+def image_size(layers: LayerStore, checkpoints: Checkpoints, image: Image) -> int:
+    """Bytes a snapshot holds of its own: its files (the frozen upper on top) and its checkpoint image."""
+    top = image.layers[0] if image.layers and image.layers[0].startswith(UPPER_PREFIX) else None
+    files = layers.upper_bytes(top) if top and layers.exists(top) else 0
+    with contextlib.suppress(OSError):
+        files += checkpoints.size(image.checkpoint) if image.checkpoint else 0
+    return files

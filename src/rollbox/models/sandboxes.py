@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from rollbox.spec import Bytes, Cores, VolumeMount, parse_seconds, volume_name
+from rollbox.spec import Bytes, Cores, Network, VolumeMount, parse_seconds, volume_name
 
 MAX_FORK = 64
 """The most sandboxes one fork makes."""
@@ -56,6 +56,12 @@ class ClaimRequest(Request):
     labels: dict[str, str] | None = None
     volumes: list[VolumeMount] | None = None
     """Named volumes to mount (docs/volumes.md), besides the template's; a claim with volumes starts cold."""
+    network: Network | None = None
+    """Its own network, within its template's (which it may narrow, never widen): fewer destinations, or `none`."""
+    on_timeout: Literal["delete", "pause", "pause_files"] = "delete"
+    """What `shutdown_after` does when it runs out: delete the sandbox, or pause it (`pause_files`: keeping its
+    files alone, so it starts afresh over them when resumed). A paused sandbox waits, without an end, for a resume
+    or traffic to its ports."""
 
 
 class ExecRequest(Request):
@@ -115,6 +121,8 @@ class SandboxInfo(BaseModel):
     memory: bool = False
     """A fork's child or a claim from a snapshot: whether it started with the processes and memory of its
     parent or snapshot (gVisor), or with their files alone."""
+    network: Network | None = None
+    """Its own network where its claim (or `set_network`) narrowed its template's; None: the template's."""
 
 
 class ExecResult(BaseModel):
@@ -142,6 +150,12 @@ class FileInfo(BaseModel):
     mtime: float
     target: str | None = None
     """Where a symlink points (as written, never resolved)."""
+    owner: str | None = None
+    """The owning user's name in the sandbox's /etc/passwd (its number where it has none there)."""
+    group: str | None = None
+    """The owning group's name in the sandbox's /etc/group (its number where it has none there)."""
+    metadata: dict[str, str] | None = None
+    """The file's user extended attributes (`user.<key>`), by key; None when it has none."""
 
 
 class ArchiveResult(BaseModel):

@@ -35,7 +35,7 @@ from rollbox.models import (
     VolumeRequest,
     WarmPoolInfo,
 )
-from rollbox.spec import Resource
+from rollbox.spec import Network, Resource
 
 OutputCallback = Callable[[str], None]
 FileOp = Literal["read", "write", "remove", "list", "stat", "mkdir", "download_tar", "upload_tar"]
@@ -80,12 +80,15 @@ class Node(Protocol):
         """Runs one file operation; see `ContainerFiles` for each one's options and answer."""
     async def reset(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
     async def fork(self, tenant: str, sandbox_id: str, count: int) -> list[SandboxInfo]: ...
-    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
+    async def pause(self, tenant: str, sandbox_id: str, memory: bool = True) -> SandboxInfo:
+        """Pauses the sandbox; without `memory` it keeps its files alone and starts afresh over them when resumed."""
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         """What the sandbox uses now: memory (and its peak), CPU seconds, processes, disk."""
     async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
         """Deletes the sandbox `seconds` from now instead of when its claim said."""
+    async def set_network(self, tenant: str, sandbox_id: str, network: Network) -> SandboxInfo:
+        """Sets the sandbox's egress to `network`, within its template's (narrowing it, never widening it)."""
     async def open_port(self, tenant: str, sandbox_id: str, port: int) -> PortStream:
         """A connection to `port` on the sandbox's loopback (docs/ports.md), resuming a paused sandbox first.
         PortClosed when nothing listens there."""

@@ -47,7 +47,12 @@ class Claim:
     memory: bool = False
     """Whether it started with the processes and memory of its fork parent or snapshot (gVisor)."""
     paused: str | None = None
-    """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does)."""
+    """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does); traffic to its
+    ports wakes it either way."""
+    on_timeout: str = "delete"
+    """`ClaimRequest.on_timeout`: what its end does."""
+    network: dict[str, Any] | None = None
+    """Its own network (a `Network` as JSON), narrower than its template's; None: the template's."""
     last_used: float = 0.0
     """Monotonic time of the last call; not stored, a restarted node starts the idle clock anew."""
     busy: int = 0
@@ -60,7 +65,7 @@ class Claim:
                            state="paused" if self.paused else "running", created_at=self.created_at,
                            expires_at=self.expires_at, idle_pause_after=self.idle_pause_after,
                            snapshot=self.snapshot, parent=self.parent, labels=self.labels,
-                           volumes=self.volumes, memory=self.memory)  # type: ignore[arg-type]
+                           volumes=self.volumes, memory=self.memory, network=self.network)  # type: ignore[arg-type]
 
     def to_json(self) -> str:
         """The stored record, written with pydantic-core (faster than json.dumps; json reads it back)."""

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from anyio import to_thread
-from pydantic import ValidationError
 
 from rollbox.engine import Engine
 from rollbox.errors import (
@@ -50,20 +49,21 @@ from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
 from rollbox.node.held import HeldClaims
 from rollbox.node.images import ImageOperations, NodeImages
+from rollbox.node.network import NetworkOperations
 from rollbox.node.ports import PortOperations
 from rollbox.node.processes import ProcessOperations
 from rollbox.node.recovery import recover
 from rollbox.node.resources import Resources
-from rollbox.node.store import NodeStore, snapshot_key
+from rollbox.node.store import NodeStore, check_snapshot_name, snapshot_key
 from rollbox.node.sweeper import Sweeper
 from rollbox.node.volumes import NodeVolumes, read_only
 from rollbox.node.writer import ClaimWriter
-from rollbox.spec import Limits, Metadata, Resource
+from rollbox.spec import Limits, Resource
 
 FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 
 
-class LocalNode(ProcessOperations, ImageOperations, PortOperations):
+class LocalNode(ProcessOperations, ImageOperations, PortOperations, NetworkOperations):
     """The `Node` of this machine. Thread-safe; one per engine.
 
     `max_sandboxes` caps every container on the node (claimed, warm, starting, being deleted);
@@ -145,14 +145,14 @@ class LocalNode(ProcessOperations, ImageOperations, PortOperations):
             container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot,
                                                             self.node_volumes.engine_mounts(tenant, volumes), limits)
             try:
-                now = time.time()
+                now, network = time.time(), await self._claim_network(container_id, request.network)
                 claim = Claim(
                     sandbox_id=sandbox_id, tenant=tenant, container_id=container_id, created_at=now,
                     template=template or self.engine.info(container_id).template, warmpool=request.warmpool,
                     snapshot=request.snapshot, shutdown_after=request.shutdown_after,
                     expires_at=now + request.shutdown_after if request.shutdown_after else None,
                     idle_pause_after=request.idle_pause_after, env=request.env or {}, labels=request.labels or {},
-                    last_used=time.monotonic(), volumes=volumes,
+                    last_used=time.monotonic(), volumes=volumes, on_timeout=request.on_timeout, network=network,
                     memory=snapshot is not None and self.engine.carries_memory(container_id),
                 )
                 await self._writer.put(claim)
@@ -244,6 +244,8 @@ class LocalNode(ProcessOperations, ImageOperations, PortOperations):
                 self.engine.reset(claim.container_id)
                 self.store.put_claims([claim])
                 return claim.info()
+            if claim.network:
+                self._narrow(container_id, claim.network)
             self.costs.switch(claim.sandbox_id, container_id)
             old, claim.container_id, claim.paused = claim.container_id, container_id, None
             self.store.put_claims([claim], released=[old])
@@ -277,18 +279,20 @@ class LocalNode(ProcessOperations, ImageOperations, PortOperations):
                 expires_at=now + parent.shutdown_after if parent.shutdown_after else None,
                 idle_pause_after=parent.idle_pause_after, env=dict(parent.env), labels=dict(parent.labels),
                 parent=parent.sandbox_id, last_used=idle_clock, volumes=read_only(parent.volumes),
-                memory=self.engine.carries_memory(container.id),
+                memory=self.engine.carries_memory(container.id), network=parent.network,
             ) for container in containers]
             for child in children:
                 self.node_volumes.hold(child.tenant, child.sandbox_id, child.volumes)
+                if child.network:
+                    self._narrow(child.container_id, child.network)
             self.store.put_claims([parent, *children])
             self.held.add(children)
             for child in children:
                 self.costs.open(child.sandbox_id, child.container_id)
         return [child.info() for child in children]
 
-    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
-        return await to_thread.run_sync(self._set_paused, self.held.get(tenant, sandbox_id), "user")
+    async def pause(self, tenant: str, sandbox_id: str, memory: bool = True) -> SandboxInfo:
+        return await to_thread.run_sync(self._set_paused, self.held.get(tenant, sandbox_id), "user", memory)
 
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await to_thread.run_sync(self._set_paused, self.held.get(tenant, sandbox_id), None)
@@ -309,10 +313,10 @@ class LocalNode(ProcessOperations, ImageOperations, PortOperations):
         stats.cost = self.costs.cost(claim.sandbox_id)
         return stats
 
-    def _set_paused(self, claim: Claim, paused: str | None) -> SandboxInfo:
+    def _set_paused(self, claim: Claim, paused: str | None, memory: bool = True) -> SandboxInfo:
         with self.held.holding(claim), as_sandbox(claim):
             if paused:
-                self.engine.pause(claim.container_id)
+                self.engine.pause(claim.container_id, memory)
             else:
                 self.engine.resume(claim.container_id)
             claim.paused = paused
@@ -323,11 +327,7 @@ class LocalNode(ProcessOperations, ImageOperations, PortOperations):
     # -- snapshots --------------------------------------------------------------------------
 
     async def snapshot(self, tenant: str, sandbox_id: str, name: str) -> SnapshotInfo:
-        try:
-            Metadata(name=name)
-        except ValidationError:
-            raise InvalidRequest(f"snapshot name {name!r}: use lowercase letters, digits, '-' or '.', "
-                                 "at most 63 characters") from None
+        check_snapshot_name(name)
         return await to_thread.run_sync(self._snapshot, self.held.get(tenant, sandbox_id), name)
 
     def _snapshot(self, claim: Claim, name: str) -> SnapshotInfo:

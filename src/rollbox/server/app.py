@@ -78,7 +78,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     fail = _failure(metrics)
     app: ASGIApp = routes.app(fail, _settle_collector)
     if cluster_secret is None:  # E2B's SDK, unmodified, on the router (docs/compat-e2b.md)
-        app = e2b.Facade(app, node, tokens, admins)
+        app = e2b.Facade(app, node, tokens, admins, sandbox_domains)
         app = agent_sandbox.Facade(app, node, routes.tenants)  # its client, unmodified (docs/compat-agent-sandbox.md)
         app = Ports(app, node, routes.tenants, traffic, sandbox_domains)
     else:

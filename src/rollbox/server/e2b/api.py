@@ -33,6 +33,9 @@ from rollbox.errors import (
 from rollbox.models import MAX_FORK, ClaimRequest, SandboxInfo
 from rollbox.node import Node
 from rollbox.server.e2b.access import Access
+from rollbox.server.e2b.network import claim_network, egress
+from rollbox.server.routing import json_object
+from rollbox.spec import Network
 
 log = logging.getLogger("rollbox.server.e2b")
 
@@ -54,6 +57,11 @@ class NewSandbox(Body):
     metadata: dict[str, str] | None = None
     env_vars: dict[str, str] | None = Field(None, alias="envVars")
     volume_mounts: list[Any] | None = Field(None, alias="volumeMounts")
+    auto_pause: bool = Field(False, alias="autoPause")
+    """Pause at the timeout instead of being killed (`lifecycle.on_timeout="pause"`)."""
+    auto_pause_memory: bool = Field(True, alias="autoPauseMemory")
+    allow_internet_access: bool | None = None
+    network: dict[str, Any] | None = None
 
 
 class Timeout(Body):
@@ -68,6 +76,10 @@ class Snapshot(Body):
     name: str | None = None
 
 
+class Pause(Body):
+    memory: bool = True
+
+
 class Fork(Body):
     count: int = Field(1, ge=1, le=MAX_FORK)
 
@@ -76,8 +88,8 @@ BodyT = TypeVar("BodyT", bound=Body)
 Handler = Callable[[Request, str], Awaitable[Response]]
 
 
-def routes(node: Node, access: Access) -> list[Route]:
-    """The REST routes."""
+def routes(node: Node, access: Access, domains: tuple[str, ...]) -> list[Route]:
+    """The REST routes; `domains`: the router's sandbox domains, the first of which E2B's `get_host` addresses."""
 
     def api(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -90,10 +102,11 @@ def routes(node: Node, access: Access) -> list[Route]:
                 return JSONResponse({"code": status, "message": str(error)}, status)
         return endpoint
 
-    def created(tenant: str, info: SandboxInfo) -> dict[str, Any]:
+    def created(request: Request, tenant: str, info: SandboxInfo) -> dict[str, Any]:
         return {"templateID": info.warmpool or info.template, "sandboxID": info.id, "clientID": CLIENT_ID,
                 "alias": info.warmpool or info.template, "envdVersion": ENVD_VERSION,
-                "envdAccessToken": access.token(tenant, info.id), "domain": None}
+                "envdAccessToken": access.token(tenant, info.id), "domain": sandbox_domain(request, domains),
+                "trafficAccessToken": access.traffic.token(tenant, info.id)}
 
     def listed(info: SandboxInfo) -> dict[str, Any]:
         return {"templateID": info.warmpool or info.template, "alias": info.warmpool or info.template,
@@ -121,20 +134,26 @@ def routes(node: Node, access: Access) -> list[Route]:
         if body.volume_mounts:
             raise InvalidRequest("E2B volume mounts are not served: mount rollbox volumes with rollbox's own API "
                                  "(docs/compat-e2b.md)")
+        network = claim_network(body.allow_internet_access, body.network)
+        on_timeout = ("pause" if body.auto_pause_memory else "pause_files") if body.auto_pause else "delete"
         info = await claim(tenant, body.template_id, shutdown_after=body.timeout, env=body.env_vars or None,
-                           labels=body.metadata or None)
-        return JSONResponse(created(tenant, info), 201)
+                           labels=body.metadata or None, on_timeout=on_timeout,
+                           **({"network": network} if network is not None else {}))
+        return JSONResponse(created(request, tenant, info), 201)
 
     async def list_sandboxes(request: Request, tenant: str) -> Response:
+        """Newest first unless `order=asc`, as E2B lists; `startedAfter` keeps those started then or later."""
         query = request.query_params
         states = set(filter(None, query.get("state", "").split(","))) or {"running", "paused"}
         wanted = dict(parse_qsl(query.get("metadata", "")))
         template = query.get("template")
+        after = _moment(query.get("startedAfter"), "startedAfter")
         infos = [info for info in await node.claims(tenant)
                  if ("paused" if info.state == "paused" else "running") in states
                  and all(info.labels.get(key) == value for key, value in wanted.items())
-                 and template in (None, info.template, info.warmpool)]
-        if query.get("order") == "desc":
+                 and template in (None, info.template, info.warmpool)
+                 and (after is None or info.created_at >= after - 1e-6)]
+        if query.get("order") != "asc":
             infos.reverse()
         start = int(query["nextToken"]) if query.get("nextToken", "").isdigit() else 0
         limit = int(query["limit"]) if query.get("limit", "").isdigit() and int(query["limit"]) > 0 else len(infos)
@@ -144,7 +163,9 @@ def routes(node: Node, access: Access) -> list[Route]:
 
     async def get_sandbox(request: Request, tenant: str) -> Response:
         info = await node.get(tenant, request.path_params["sandbox_id"])
-        detail = {**listed(info), "envdAccessToken": access.token(tenant, info.id), "domain": None}
+        detail = {**listed(info), "envdAccessToken": access.token(tenant, info.id),
+                  "domain": sandbox_domain(request, domains),
+                  "trafficAccessToken": access.traffic.token(tenant, info.id)}
         with contextlib.suppress(NotFound):  # the template is gone: leave its sizes out
             limits = (await node.template(info.template)).spec.get("limits", {})
             detail.update(cpuCount=max(1, round(float(limits.get("cpu", 1)))),
@@ -161,10 +182,12 @@ def routes(node: Node, access: Access) -> list[Route]:
         return Response(status_code=204)
 
     async def pause(request: Request, tenant: str) -> Response:
+        """`memory: false` (E2B's `mode="filesystem"`) keeps the files alone: the sandbox starts afresh over them."""
+        body = await _parse(request, Pause)
         sandbox_id = request.path_params["sandbox_id"]
         if (await node.get(tenant, sandbox_id)).state == "paused":
             return JSONResponse({"code": 409, "message": f"sandbox {sandbox_id} is already paused"}, 409)
-        await node.pause(tenant, sandbox_id)
+        await node.pause(tenant, sandbox_id, body.memory)
         return Response(status_code=204)
 
     async def connect(request: Request, tenant: str) -> Response:
@@ -176,14 +199,15 @@ def routes(node: Node, access: Access) -> list[Route]:
             info = await node.resume(tenant, sandbox_id)
         if info.state == "stopped":
             raise SandboxNotRunning(f"sandbox {sandbox_id} stopped: kill it and create another")
-        if body.timeout and info.expires_at is not None and info.expires_at < time.time() + body.timeout:
+        if body.timeout and ((resumed and info.expires_at is None) or (info.expires_at is not None
+                             and info.expires_at < time.time() + body.timeout)):
             info = await node.set_shutdown_after(tenant, sandbox_id, body.timeout)  # only ever later
-        return JSONResponse(created(tenant, info), 201 if resumed else 200)
+        return JSONResponse(created(request, tenant, info), 201 if resumed else 200)
 
     async def fork(request: Request, tenant: str) -> Response:
         body = await _parse(request, Fork)
         children = await node.fork(tenant, request.path_params["sandbox_id"], body.count)
-        return JSONResponse([{"sandbox": created(tenant, child)} for child in children], 201)
+        return JSONResponse([{"sandbox": created(request, tenant, child)} for child in children], 201)
 
     async def snapshot(request: Request, tenant: str) -> Response:
         body = await _parse(request, Snapshot)
@@ -201,9 +225,25 @@ def routes(node: Node, access: Access) -> list[Route]:
         await node.delete_snapshot(tenant, request.path_params["name"])
         return Response(status_code=204)
 
+    async def update_network(request: Request, tenant: str) -> Response:
+        """E2B's `update_network`: the sandbox's egress from now on; no rules at all is its template's again."""
+        sandbox_id = request.path_params["sandbox_id"]
+        body = json_object(await request.body() or b"{}")
+        network = egress(body)
+        if network is None:
+            info = await node.get(tenant, sandbox_id)
+            network = Network.model_validate((await node.template(info.template)).spec.get("network") or {})
+        await node.set_network(tenant, sandbox_id, network)
+        return Response(status_code=204)
+
     async def metrics(request: Request, tenant: str) -> Response:
+        """One sample, taken now: none when `start`..`end` (whole seconds) ends before now or starts after it."""
         stats = await node.stats(tenant, request.path_params["sandbox_id"])
-        return JSONResponse([{"timestamp": _iso(time.time()), "timestampUnix": int(time.time()), "cpuCount": 0,
+        now = time.time()
+        start, end = (_seconds(request.query_params.get(name), name) for name in ("start", "end"))
+        if (start is not None and now < start) or (end is not None and int(now) > end):
+            return JSONResponse([])
+        return JSONResponse([{"timestamp": _iso(now), "timestampUnix": int(now), "cpuCount": 0,
                               "cpuUsedPct": 0.0, "memUsed": stats.memory_bytes, "memTotal": stats.memory_peak_bytes,
                               "memCache": 0, "diskUsed": stats.disk_bytes, "diskTotal": stats.disk_bytes}])
 
@@ -222,6 +262,7 @@ def routes(node: Node, access: Access) -> list[Route]:
         Route(f"/v2{one}/connect", api(connect), methods=["POST"]),
         Route(f"{one}/fork", api(fork), methods=["POST"]),
         Route(f"{one}/metrics", api(metrics), methods=["GET"]),
+        Route(f"{one}/network", api(update_network), methods=["PUT"]),
         Route(f"{one}/snapshots", api(snapshot), methods=["POST"]),
         Route("/snapshots", api(list_snapshots), methods=["GET"]),
         Route("/templates/{name}", api(delete_snapshot), methods=["DELETE"]),
@@ -242,6 +283,33 @@ async def _parse(request: Request, model: type[BodyT]) -> BodyT:
         problems = "; ".join(f"{'.'.join(str(p) for p in item['loc']) or 'body'}: {item['msg']}"
                              for item in error.errors())
         raise UnprocessableBody(f"invalid request: {problems}") from None
+
+
+def sandbox_domain(request: Request, domains: tuple[str, ...]) -> str:
+    """The domain E2B's `get_host(port)` puts after `{port}-{sandbox_id}.`: the router's own sandbox domain, else
+    `localhost` at the port the caller reached the router on (browsers and curl send `*.localhost` home)."""
+    configured = [domain for domain in domains if domain != "localhost"]
+    if configured:
+        return configured[0]
+    port = request.url.port
+    return f"localhost:{port}" if port else "localhost"
+
+
+def _moment(text: str | None, name: str) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise InvalidRequest(f"{name}: {text!r} is not an ISO 8601 time") from None
+
+
+def _seconds(text: str | None, name: str) -> int | None:
+    if not text:
+        return None
+    if not text.lstrip("-").isdigit():
+        raise InvalidRequest(f"{name}: {text!r} is not a number of seconds since the epoch")
+    return int(text)
 
 
 def _megabytes(value: Any) -> int:
