@@ -42,11 +42,12 @@ from rollbox.models import (
     VolumeRequest,
     WarmPoolInfo,
 )
-from rollbox.node.base import FileOp, OutputCallback
+from rollbox.node.base import OutputCallback
 from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim, as_sandbox, environment
 from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
+from rollbox.node.files import FileOperations
 from rollbox.node.held import HeldClaims
 from rollbox.node.images import ImageOperations, NodeImages
 from rollbox.node.network import NetworkOperations
@@ -60,10 +61,8 @@ from rollbox.node.volumes import NodeVolumes, read_only
 from rollbox.node.writer import ClaimWriter
 from rollbox.spec import Limits, Resource
 
-FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 
-
-class LocalNode(ProcessOperations, ImageOperations, PortOperations, NetworkOperations):
+class LocalNode(ProcessOperations, ImageOperations, PortOperations, NetworkOperations, FileOperations):
     """The `Node` of this machine. Thread-safe; one per engine.
 
     `max_sandboxes` caps every container on the node (claimed, warm, starting, being deleted);
@@ -216,17 +215,6 @@ class LocalNode(ProcessOperations, ImageOperations, PortOperations, NetworkOpera
                 claim.container_id, request.command, timeout=request.timeout, env=environment(claim, request.env),
                 cwd=request.cwd, user=request.user, stdin=request.stdin, output_limit=request.output_limit,
                 isolated=request.isolated, on_stdout=on_stdout, on_stderr=on_stderr)
-
-    async def files(self, tenant: str, sandbox_id: str, op: FileOp, path: str, **options: Any) -> Any:
-        if op not in FILE_OPS:
-            raise InvalidRequest(f"{op!r} is not a file operation: use one of {', '.join(sorted(FILE_OPS))}")
-        claim = self.held.get(tenant, sandbox_id)
-
-        def run() -> Any:
-            with self.held.using(claim):
-                return getattr(self.engine.files(claim.container_id), op)(path, **options)
-
-        return await to_thread.run_sync(run)
 
     async def reset(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await to_thread.run_sync(self._reset, self.held.get(tenant, sandbox_id))

@@ -40,12 +40,13 @@ as the routes do (a router's forwarding)."""
 def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iterable[str] = (),
                max_body: int = DEFAULT_MAX_BODY, cluster_secret: str | None = None,
                front: Front | None = None, metrics: Metrics | None = None,
-               sandbox_domains: tuple[str, ...] = DEFAULT_DOMAINS) -> ASGIApp:
+               sandbox_domains: tuple[str, ...] = DEFAULT_DOMAINS, in_cluster: bool = False) -> ASGIApp:
     """The HTTP API of docs/api.md over `node`; `tokens` maps tenants to bearer tokens (None: open), and
     `admins` names the tenants that may change templates and warm pools. With `cluster_secret` it is a node
     agent's API instead: only routers holding the secret may call, each call acting for a tenant it names.
     `front` wraps the routes, inside the body limit. `metrics`: the caller's, to count what it serves besides.
-    `sandbox_domains`: where `{port}-{sandbox_id}.<domain>` addresses a sandbox's port (docs/ports.md)."""
+    `sandbox_domains`: where `{port}-{sandbox_id}.<domain>` addresses a sandbox's port (docs/ports.md); `in_cluster`
+    serves agent-sandbox's pod addresses without a token (server/agent_sandbox/pods.py)."""
     metrics = Metrics() if metrics is None else metrics
     routes = Routes(ClusterSecret(cluster_secret) if cluster_secret is not None else Tenants(tokens, admins))
     sandboxes.add_routes(routes, node, metrics)
@@ -79,7 +80,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     app: ASGIApp = routes.app(fail, _settle_collector)
     if cluster_secret is None:  # E2B's SDK, unmodified, on the router (docs/compat-e2b.md)
         app = e2b.Facade(app, node, tokens, admins, sandbox_domains)
-        app = agent_sandbox.Facade(app, node, routes.tenants)  # its client, unmodified (docs/compat-agent-sandbox.md)
+        app = agent_sandbox.Facade(app, node, routes.tenants, in_cluster)  # its client (docs/compat-agent-sandbox.md)
         app = Ports(app, node, routes.tenants, traffic, sandbox_domains)
     else:
         app = Ports(app, node, routes.tenants, None, ())

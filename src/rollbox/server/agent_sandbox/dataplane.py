@@ -30,6 +30,7 @@ from rollbox.node import Node
 from rollbox.server import ports
 from rollbox.server.agent_sandbox.claims import Claims
 from rollbox.server.agent_sandbox.objects import DEFAULT_NAMESPACE
+from rollbox.server.agent_sandbox.pods import TENANT_KEY as POD_TENANT
 from rollbox.server.auth import TENANT_HEADER, ClusterSecret, Tenants
 from rollbox.server.ports.http import forwarded
 from rollbox.server.responses import json_response
@@ -133,7 +134,8 @@ class DataPlane:
         name = _ROUTES.get((scope["method"], prefix))
         if name is None or (prefix in ("/execute", "/upload") and path != prefix):
             raise MethodNotAllowed(f"{scope['method']} {path} is not part of the sandbox runtime's API")
-        tenant = self.tenants.tenant(header(scope, b"authorization"), header(scope, TENANT_HEADER.encode()))
+        tenant = scope.get(POD_TENANT) or self.tenants.tenant(header(scope, b"authorization"),
+                                                              header(scope, TENANT_HEADER.encode()))
         target = Target(tenant, *_routing(scope), urllib.parse.unquote(path[len(prefix) + 1:]),
                         scope.get("query_string", b"").decode("latin-1"), await read_body(receive),
                         header(scope, b"content-type") or "")

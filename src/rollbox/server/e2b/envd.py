@@ -24,6 +24,7 @@ from rollbox.server.e2b.connect import Method, handle
 from rollbox.server.e2b.filesystem import FilesystemService, from_attributes, to_attributes
 from rollbox.server.e2b.process import ProcessService
 from rollbox.server.e2b.signed import SignedUrls
+from rollbox.server.e2b.watch import written as was_written
 
 METADATA_HEADER = "x-metadata-"
 """A file's metadata rides on its upload as `X-Metadata-<key>: <value>` headers."""
@@ -38,7 +39,8 @@ class Daemon:
         self.node = node
         self.access = access
         self.signed = SignedUrls(node, access)
-        self.methods: dict[str, Method] = {**ProcessService(node).methods, **FilesystemService(node).methods}
+        self.filesystem = FilesystemService(node)
+        self.methods: dict[str, Method] = {**ProcessService(node).methods, **self.filesystem.methods}
 
     def routes(self) -> list[Route]:
         return [Route("/process.Process/{name}", self.rpc, methods=["POST"]),
@@ -87,6 +89,7 @@ class Daemon:
             for path, data in _uploads(request.headers, request.query_params.get("path"), await request.body()):
                 await self.node.files(sandbox.tenant, sandbox.id, "write", path, data=data, **options)
                 info = await self.node.files(sandbox.tenant, sandbox.id, "stat", path)
+                self.filesystem.watchers.told((sandbox.tenant, sandbox.id), info.path, was_written, info)
                 written.append({"name": info.name, "type": "file", "path": info.path,
                                 **({"metadata": from_attributes(info.metadata)} if metadata else {})})
         except RollboxError as error:

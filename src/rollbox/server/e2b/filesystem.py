@@ -15,7 +15,7 @@ from rollbox.node import Node
 from rollbox.server.e2b.caller import Sandbox, basic_user
 from rollbox.server.e2b.connect import Call, Method, RpcError
 from rollbox.server.e2b.protocol import message_class as P
-from rollbox.server.e2b.watch import Watchers, follow
+from rollbox.server.e2b.watch import Watchers, made, moved_away, removed
 
 FILE_TYPES = {"file": 1, "dir": 2, "symlink": 3}
 METADATA_PREFIX = "e2b."
@@ -27,7 +27,8 @@ class FilesystemService:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self._watchers = Watchers()
+        self.watchers = Watchers()
+        """Also told of the files the daemon's upload writes (envd.py)."""
         self.methods: dict[str, Method] = {
             "/filesystem.Filesystem/Stat": Method(P("filesystem.StatRequest"), self.stat),
             "/filesystem.Filesystem/ListDir": Method(P("filesystem.ListDirRequest"), self.list_dir),
@@ -79,26 +80,36 @@ class FilesystemService:
             await self._files(call, "stat", request.path)
         except NotFound:
             await self._files(call, "mkdir", request.path)
-            return P("filesystem.MakeDirResponse")(entry=await self._entry(call, await self._files(
-                call, "stat", request.path)))
+            info = await self._files(call, "stat", request.path)
+            self.tell(call, info.path, made, info)
+            return P("filesystem.MakeDirResponse")(entry=await self._entry(call, info))
         raise RpcError("already_exists", f"{request.path} already exists")
 
     async def move(self, call: Call, request: Any) -> Message:
         sandbox: Sandbox = call.context
-        await self._files(call, "stat", request.source)  # a missing source is not_found, as a rename says
+        source = await self._files(call, "stat", request.source)  # a missing one is not_found, as a rename says
         result = await self.node.exec(sandbox.tenant, sandbox.id, ExecRequest(
             command=["mv", "-T", "--", request.source, request.destination],
             user=basic_user(call.request.headers.get("authorization"))))
         if result.exit_code != 0:
             raise RpcError("invalid_argument", result.stderr.strip() or f"mv exited {result.exit_code}")
-        return P("filesystem.MoveResponse")(entry=await self._entry(call, await self._files(call, "stat",
-                                                                                             request.destination)))
+        moved = await self._files(call, "stat", request.destination)
+        self.tell(call, source.path, moved_away, None)
+        self.tell(call, moved.path, made, moved)
+        return P("filesystem.MoveResponse")(entry=await self._entry(call, moved))
 
     async def remove(self, call: Call, request: Any) -> Message:
         """Removes a file or a directory with what it holds; one that is not there is no error, as in E2B."""
         with contextlib.suppress(FileNotFound):
+            info = await self._files(call, "stat", request.path)
             await self._files(call, "remove", request.path, recursive=True)
+            self.tell(call, info.path, removed, None)
         return P("filesystem.RemoveResponse")()
+
+    def tell(self, call: Call, path: str, kinds: Callable[[bool], list[int]], info: FileInfo | None) -> None:
+        """Tells the sandbox's watchers what this call changed (watch.py)."""
+        sandbox: Sandbox = call.context
+        self.watchers.told((sandbox.tenant, sandbox.id), path, kinds, info)
 
     def _lister(self, call: Call) -> Callable[[str], Coroutine[Any, Any, list[FileInfo]]]:
         return lambda path: self._files(call, "list", path)
@@ -112,13 +123,13 @@ class FilesystemService:
 
     async def create_watcher(self, call: Call, request: Any) -> Message:
         sandbox: Sandbox = call.context
-        watcher_id = await self._watchers.create((sandbox.tenant, sandbox.id), self._lister(call),
+        watcher_id = await self.watchers.create((sandbox.tenant, sandbox.id), self._lister(call),
                                                  await self._watched(call, request.path), request.recursive)
         return P("filesystem.CreateWatcherResponse")(watcher_id=watcher_id)
 
     async def watcher_events(self, call: Call, request: Any) -> Message:
         sandbox: Sandbox = call.context
-        found = await self._watchers.events((sandbox.tenant, sandbox.id), self._lister(call), request.watcher_id)
+        found = await self.watchers.events((sandbox.tenant, sandbox.id), self._lister(call), request.watcher_id)
         answer = P("filesystem.GetWatcherEventsResponse")()
         for name, kind, info in found:
             event = answer.events.add(name=name, type=kind)
@@ -128,11 +139,13 @@ class FilesystemService:
 
     async def remove_watcher(self, call: Call, request: Any) -> Message:
         sandbox: Sandbox = call.context
-        self._watchers.remove((sandbox.tenant, sandbox.id), request.watcher_id)
+        self.watchers.remove((sandbox.tenant, sandbox.id), request.watcher_id)
         return P("filesystem.RemoveWatcherResponse")()
 
     async def watch_dir(self, call: Call, request: Any) -> AsyncIterator[Message]:
-        async for found in follow(self._lister(call), await self._watched(call, request.path), request.recursive):
+        sandbox: Sandbox = call.context
+        async for found in self.watchers.follow((sandbox.tenant, sandbox.id), self._lister(call),
+                                                await self._watched(call, request.path), request.recursive):
             if not found:
                 started = P("filesystem.WatchDirResponse")()
                 started.start.SetInParent()
