@@ -46,7 +46,8 @@ class MemoryNode:
         self._next = 0
 
     # -- resources ---------------------------------------------------------------------------
-    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+    async def apply(self, resource: Resource, progress: Callable[[str], None], tenant: str | None = None
+                    ) -> ApplyStatus:
         key = (resource.kind, resource.metadata.name)
         progress(f"applying {resource.metadata.name}")
         status: ApplyStatus = ("unchanged" if self.resources.get(key) == resource
@@ -143,7 +144,7 @@ class MemoryNode:
             self.files_of[child.id] = dict(self.files_of[sandbox_id])
         return children
 
-    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
+    async def pause(self, tenant: str, sandbox_id: str, memory: bool = True) -> SandboxInfo:
         return self._set_state(await self.get(tenant, sandbox_id), "paused")
 
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:

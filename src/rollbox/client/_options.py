@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from rollbox.models import ApplyEvent
-from rollbox.spec import VolumeMount
+from rollbox.spec import Network, VolumeMount
 
 OutputCallback = Callable[[str], None]
 ProgressCallback = Callable[[ApplyEvent], None]
@@ -37,6 +37,10 @@ class ClaimOptions(TypedDict, total=False):
     labels: dict[str, str] | None
     volumes: list[VolumeMount | dict[str, Any]] | None
     """Named volumes to mount: `{"name", "mount_path", "read_only"?, "size"?}` each (docs/volumes.md)."""
+    network: Network | dict[str, Any] | None
+    """The sandbox's own egress, within its template's: `{"mode": "none"}`, or an allowlist of fewer destinations."""
+    on_timeout: Literal["delete", "pause", "pause_files"] | None
+    """What `shutdown_after` does when it runs out: delete (the default) or pause the sandbox."""
 
 
 class ExecOptions(TypedDict, total=False):

@@ -58,10 +58,10 @@ class ClaimRequest(Request):
     """Named volumes to mount (docs/volumes.md), besides the template's; a claim with volumes starts cold."""
     network: Network | None = None
     """Its own network, within its template's (which it may narrow, never widen): fewer destinations, or `none`."""
-    on_timeout: Literal["delete", "pause", "pause_files"] = "delete"
-    """What `shutdown_after` does when it runs out: delete the sandbox, or pause it (`pause_files`: keeping its
-    files alone, so it starts afresh over them when resumed). A paused sandbox waits, without an end, for a resume
-    or traffic to its ports."""
+    on_timeout: Literal["delete", "pause", "pause_files"] | None = None
+    """What `shutdown_after` does when it runs out: delete the sandbox (None too), or pause it (`pause_files`:
+    keeping its files alone, so it starts afresh over them when resumed). A paused sandbox waits, without an end,
+    for a resume or traffic to its ports."""
 
 
 class ExecRequest(Request):

@@ -151,8 +151,8 @@ class LocalNode(ProcessOperations, ImageOperations, PortOperations, NetworkOpera
                     snapshot=request.snapshot, shutdown_after=request.shutdown_after,
                     expires_at=now + request.shutdown_after if request.shutdown_after else None,
                     idle_pause_after=request.idle_pause_after, env=request.env or {}, labels=request.labels or {},
-                    last_used=time.monotonic(), volumes=volumes, on_timeout=request.on_timeout, network=network,
-                    memory=snapshot is not None and self.engine.carries_memory(container_id),
+                    last_used=time.monotonic(), volumes=volumes, on_timeout=request.on_timeout or "delete",
+                    memory=snapshot is not None and self.engine.carries_memory(container_id), network=network,
                 )
                 await self._writer.put(claim)
             except BaseException:
