@@ -95,7 +95,8 @@ def render(routes: Routes, root: Path) -> str:
                                       "unknown; check it, or try again")),
         gone=_json(ConnectionFailed("the router behind nginx does not answer: it is stopping or starting; try again "
                                     "shortly")),
-        exit_header=EXIT_CODE_HEADER.replace("-", "_"), calls=CALLS)
+        exit_header=EXIT_CODE_HEADER.replace("-", "_"), calls=CALLS,
+        to_router_as_sent=_TO_ROUTER_AS_SENT.format(tenant_header=TENANT_HEADER))
 
 
 def _regex(text: str) -> str:
@@ -108,6 +109,16 @@ def _json(error: RollboxError) -> str:
     body = ErrorBody.of(error.code, str(error)).model_dump_json().replace("\\", "\\\\").replace("'", "\\'")
     return f"return {error.status} '{body}';"
 
+
+_TO_ROUTER_AS_SENT = """\
+      error_page 502 504 = @router_gone;
+      proxy_request_buffering off;
+      proxy_pass http://rollbox_router;
+      proxy_set_header Host $http_host;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $rollbox_connection;
+      proxy_set_header {tenant_header} "";"""
+"""To the router, body streamed and WebSockets upgraded: everything nginx does not pass to a node itself."""
 
 _KEEPALIVE = "keepalive 256; keepalive_requests 1000000000; keepalive_timeout 60s;"
 """Kept-alive connections to a node or the router: closed by nginx before the other side's 75 s run out."""
@@ -232,13 +243,7 @@ http {{
     location @port_unreached {{
       default_type application/json;
       if ($upstream_bytes_sent != "0") {{ {dropped} }}
-      error_page 502 504 = @router_gone;
-      proxy_request_buffering off;
-      proxy_pass http://rollbox_router;
-      proxy_set_header Host $http_host;
-      proxy_set_header Upgrade $http_upgrade;
-      proxy_set_header Connection $rollbox_connection;
-      proxy_set_header {tenant_header} "";
+{to_router_as_sent}
     }}
     location @unreached {{
       default_type application/json;
@@ -276,13 +281,7 @@ http {{
     location @router_gone {{ default_type application/json; {gone} }}
     location / {{
       client_max_body_size 0;
-      error_page 502 504 = @router_gone;
-      proxy_request_buffering off;
-      proxy_pass http://rollbox_router;
-      proxy_set_header Host $http_host;
-      proxy_set_header Upgrade $http_upgrade;
-      proxy_set_header Connection $rollbox_connection;
-      proxy_set_header {tenant_header} "";
+{to_router_as_sent}
     }}
   }}
 }}
