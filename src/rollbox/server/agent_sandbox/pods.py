@@ -110,7 +110,8 @@ class PodAddresses:
     async def _listen(self, address: str) -> None:
         """A listener on the address, served by uvicorn's own protocol with `_serve` as its app."""
         if self._config is None:
-            self._config = uvicorn.Config(self._serve, log_level="warning", access_log=False, lifespan="off",
+            self._config = uvicorn.Config(self._serve, interface="asgi3", log_level="warning", access_log=False,
+                                          lifespan="off",
                                           proxy_headers=False, server_header=False)
             self._config.load()
         config, state = self._config, self._state
