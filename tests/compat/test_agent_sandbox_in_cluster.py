@@ -99,6 +99,9 @@ def test_the_demos_in_cluster_calls_run_code_in_its_sandboxes(in_cluster: tuple[
     probe = sandbox.commands.run("python -c \"import socket; s=socket.socket(); s.settimeout(2); "
                                  "print(s.connect_ex(('169.254.20.10', 53)))\"", timeout=30)
     assert probe.stdout.strip() != "0"  # the policy's DNS gives it no way out
+    own = sandbox.commands.run(f"python -c \"import socket; s=socket.socket(); s.settimeout(2); "
+                               f"print(s.connect_ex(('{pod_ip}', 8888)))\"", timeout=30)
+    assert own.stdout.strip() != "0"  # inside, the pod address is the sandbox's own loopback: no router there
     client.delete_sandbox(sandbox.claim_name)
     with pytest.raises(httpx.ConnectError):  # the address closed with its sandbox
         httpx.post(f"http://{pod_ip}:8888/execute", json={"command": "true"}, timeout=10)

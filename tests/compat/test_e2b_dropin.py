@@ -269,3 +269,15 @@ def test_network_settings_map_to_the_templates_allowlist_or_are_refused() -> Non
         sandbox.update_network({"deny_out": ["0.0.0.0/0"]})
         with pytest.raises(SandboxException, match="does not allow it"):
             sandbox.update_network({"allow_out": ["10.1.2.3"], "deny_out": ["0.0.0.0/0"]})
+
+
+def test_a_timeout_of_zero_ends_or_pauses_at_once() -> None:
+    sandbox = Sandbox.create(template="e2b-dropin", lifecycle={"on_timeout": {"action": "pause", "keep_memory": None}})
+    try:
+        boot = sandbox.files.read("/proc/sys/kernel/random/boot_id")
+        sandbox.set_timeout(0)
+        wait_for(lambda: not sandbox.is_running(), "paused at once", timeout=20)
+        resumed = sandbox.connect()
+        assert resumed.files.read("/proc/sys/kernel/random/boot_id") == boot  # its memory kept: no reboot
+    finally:
+        sandbox.kill()

@@ -45,6 +45,8 @@ CLIENT_ID = "rollbox"
 DEFAULT_TIMEOUT = 300
 """E2B's default sandbox timeout, in seconds: a sandbox created without one is deleted after it."""
 NEVER = "9999-12-31T23:59:59Z"
+NOW = 0.001
+"""The end E2B's `set_timeout(0)` asks for: at once (rollbox's ends are a positive number of seconds away)."""
 
 
 class Body(BaseModel):
@@ -65,7 +67,8 @@ class NewSandbox(Body):
 
 
 class Timeout(Body):
-    timeout: int = Field(ge=1)
+    timeout: int = Field(ge=0)
+    """Seconds from now; 0 ends the sandbox (or pauses it, as its lifecycle says) at once."""
 
 
 class ConnectSandbox(Body):
@@ -178,7 +181,7 @@ def routes(node: Node, access: Access, domains: tuple[str, ...]) -> list[Route]:
 
     async def set_timeout(request: Request, tenant: str) -> Response:
         body = await _parse(request, Timeout)
-        await node.set_shutdown_after(tenant, request.path_params["sandbox_id"], body.timeout)
+        await node.set_shutdown_after(tenant, request.path_params["sandbox_id"], body.timeout or NOW)
         return Response(status_code=204)
 
     async def pause(request: Request, tenant: str) -> Response:
