@@ -116,3 +116,19 @@ def test_64_concurrent_websocket_echoes_lose_nothing(sandboxes: list[Sandbox]) -
     for thread in threads:
         thread.join(300)
     assert lost == []
+
+
+def test_a_node_agent_opens_ports_only_for_its_routers(sandboxes: list[Sandbox], cluster: Cluster) -> None:
+    """The tunnel and the ports of a node agent take the cluster secret and a tenant, as its every other call."""
+    box = sandboxes[0]
+    agent = cluster.nodes[node_of(box.id)]
+    path = f"{agent.url}/v1/sandboxes/{box.id}/ports/8000/hello"
+    assert httpx.get(path).status_code == 401
+    assert httpx.get(path, headers=ALICE).status_code == 401  # a tenant's token is no secret
+    secret = {"Authorization": f"Bearer {cluster.secret_file.read_text().strip()}"}
+    assert httpx.get(path, headers=secret).status_code == 401  # and the secret names no tenant
+    assert httpx.get(path, headers={**secret, "X-Rollbox-Tenant": "bob"}).status_code == 404
+    assert httpx.get(path, headers={**secret, "X-Rollbox-Tenant": "alice"}).text == "hello from sandbox"
+    with pytest.raises(websocket.WebSocketBadStatusException):
+        websocket.create_connection(f"{agent.url.replace('http', 'ws')}/v1/sandboxes/{box.id}/tunnel/8000",
+                                    timeout=10, header=[f"Authorization: Bearer {TOKENS['alice']}"])
