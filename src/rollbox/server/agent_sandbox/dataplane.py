@@ -121,7 +121,7 @@ class DataPlane:
             query = scope.get("query_string", b"").decode("latin-1")
             target = ports.Target(sandbox_id, port, path + (f"?{query}" if query else ""), "header")
             stream = await self.node.open_port(tenant, sandbox_id, port)
-            await ports.serve(scope, receive, send, stream, target, forwarded(scope["headers"], ROUTER_HEADERS))
+            await ports.relay(scope, receive, send, stream, target, forwarded(scope["headers"], ROUTER_HEADERS))
         except ClientDisconnect:
             return
         except RollboxError as error:

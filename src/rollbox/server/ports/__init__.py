@@ -85,7 +85,7 @@ class Ports:
             if target.style == "path":
                 prefix = f"{PREFIX}{target.sandbox_id}/ports/{target.port}"
                 headers.append((b"x-forwarded-prefix", prefix.encode()))
-            await serve(scope, receive, send, await self.node.open_port(tenant, target.sandbox_id, target.port),
+            await relay(scope, receive, send, await self.node.open_port(tenant, target.sandbox_id, target.port),
                         target, headers)
         except ClientDisconnect:
             return
@@ -145,7 +145,7 @@ def _refused(target: Target, message: str) -> RollboxError:
     return Forbidden(message) if target.style == "host" else Unauthorized(message)
 
 
-async def serve(scope: Scope, receive: Receive, send: Send, stream: PortStream, target: Target,
+async def relay(scope: Scope, receive: Receive, send: Send, stream: PortStream, target: Target,
                 headers: Headers) -> None:
     """Passes the request (an HTTP request, a WebSocket, or a tunnel's bytes) through `stream`, then closes it."""
     try:
