@@ -13,10 +13,9 @@ import pytest
 import websocket
 
 from rollbox.client import Sandbox, SandboxClient
-from tests.cluster.conftest import NODES, POOL, SHARES
+from tests.cluster.conftest import NODES, POOL
 from tests.support.cluster import ADMINS, TOKENS, Cluster, node_of, router_health, running_cluster, wait_for
 from tests.support.port_server import start_port_server
-from tests.support.servers import RL_TEMPLATE
 
 pytestmark = pytest.mark.slow
 ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
@@ -30,14 +29,6 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
                          data_plane=request.param) as cluster:
         assert router_health(cluster.url)["data_plane"] == request.param
         yield cluster
-
-
-@pytest.fixture(scope="module")
-def client(cluster: Cluster) -> Iterator[SandboxClient]:
-    with SandboxClient(cluster.url, token=TOKENS["alice"]) as client:
-        client.apply(str(RL_TEMPLATE))
-        wait_for(lambda: client.get_warmpool(POOL).ready == sum(SHARES.values()), "the warm pool full")
-        yield client
 
 
 @pytest.fixture(scope="module")
