@@ -33,6 +33,7 @@ the engine names the container, and the node retells it about the sandbox that c
     ├── BuildFailed (422 build_failed)                 a template step failed
     ├── ImageRefused (422 image_refused)               an image whose bytes do not match its digests, or too large
     ├── ImagePullFailed (502 image_pull_failed)        the registry did not answer, after retries
+    ├── PortClosed (502 port_closed)                   nothing listens on the port asked for in the sandbox
     ├── TaskSetupFailed (422 task_setup_failed)        an RL task's own setup failed
     ├── RuntimeUnavailable (503 runtime_unavailable)
     ├── NodeUnavailable (503 node_unavailable)         a node agent that does not answer (yet)
@@ -64,6 +65,7 @@ __all__ = [
     "NodeLost",
     "NodeUnavailable",
     "NotFound",
+    "PortClosed",
     "ProcessNotFound",
     "RestoreFailed",
     "RollboxError",
@@ -254,6 +256,14 @@ class ImagePullFailed(RollboxError):
     """The registry did not answer, or broke off, after retries with backoff: worth trying again later."""
 
     code = "image_pull_failed"
+    status = 502
+
+
+class PortClosed(RollboxError):
+    """Nothing listens on the port asked for, on the sandbox's loopback (or on all its addresses): start the server
+    first, or wait for it to listen."""
+
+    code = "port_closed"
     status = 502
 
 

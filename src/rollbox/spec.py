@@ -24,7 +24,8 @@ from pydantic import (
 )
 
 from rollbox.errors import InvalidResource
-from rollbox.spec_agent_sandbox import to_rollbox
+from rollbox.spec_agent_sandbox import Refusals, Refused, parse_all, to_rollbox
+from rollbox.spec_network_policy import Policy
 from rollbox.units import Bytes, Cores, Seconds
 
 API_VERSION = "rollbox.dev/v1alpha1"
@@ -330,9 +331,14 @@ Resource = SandboxTemplate | SandboxWarmPool
 _KINDS: dict[str, type[Model]] = {"SandboxTemplate": SandboxTemplate, "SandboxWarmPool": SandboxWarmPool}
 
 
-def parse_resource(document: dict[str, Any], context_dir: str | None = None) -> Resource:
-    """Validates one YAML document; errors name the field and what is wrong with it."""
-    document = to_rollbox(document)  # agent-sandbox's own SandboxTemplate and SandboxWarmPool
+def parse_resource(document: dict[str, Any], context_dir: str | None = None, policies: list[Policy] | None = None,
+                   refusals: Refusals | None = None) -> Resource:
+    """Validates one YAML document; errors name the field and what is wrong with it. `policies`: the NetworkPolicies
+    of its file; `refusals`: where agent-sandbox's documents note theirs (else they raise)."""
+    before = len(refusals.found) if refusals is not None else 0
+    document = to_rollbox(document, policies, refusals)  # agent-sandbox's own SandboxTemplate and SandboxWarmPool
+    if refusals is not None and len(refusals.found) > before:
+        raise Refused()
     if not isinstance(document, dict):
         raise InvalidResource("a resource must be a mapping with apiVersion, kind, metadata and spec")
     kind = document.get("kind")
@@ -350,12 +356,15 @@ def parse_resource(document: dict[str, Any], context_dir: str | None = None) -> 
 
 
 def load_resources(text: str, context_dir: str | None = None) -> list[Resource]:
-    """Parses a multi-document YAML string into resources."""
+    """Parses a multi-document YAML string into resources, checking every document: what any of them cannot be is
+    told at once, each refusal with what to do (agent-sandbox's NetworkPolicies are folded into the templates whose
+    pods they select)."""
     try:
         documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as error:
         raise InvalidResource(f"not valid YAML: {error}") from None
-    return [parse_resource(doc, context_dir) for doc in documents]
+    return parse_all(documents, lambda document, policies, refusals: parse_resource(document, context_dir, policies,
+                                                                                   refusals))
 
 
 def load_file(path: str | Path) -> list[Resource]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import secrets
 import select
 import socket
@@ -26,6 +27,7 @@ import pytest
 
 from rollbox.engine import Container, Engine, network
 from rollbox.errors import CapacityExceeded, InvalidRequest, InvalidResource
+from rollbox.node.network import check_within
 from rollbox.spec import Egress, Network, SandboxTemplate
 from tests.support.engines import make_engine, teardown_engine, template_for
 
@@ -397,3 +399,35 @@ def test_runsc_allowlists_are_refused_with_a_clear_error(engine: Engine) -> None
         build(engine, "net-runsc", {"mode": "allowlist", "egress": ["10.198.0.1"]}, runtime="runsc")
     assert "net-runsc" not in engine.templates()
 
+
+def test_a_sandbox_narrows_its_templates_network_and_nothing_more(engine: Engine, remote: Remote) -> None:
+    """A claim's own network (or E2B's update_network) replaces its chain: fewer ports, then none at all."""
+    both = build(engine, "net-both-ports", {"mode": "allowlist", "egress": [
+        {"cidr": str(remote.subnet), "ports": [PORT_A, PORT_B], "protocol": "tcp"}]})
+    with engine.create(both) as box:
+        assert probe(box, ("tcp", remote.ip, PORT_A), ("tcp", remote.ip, PORT_B)) == [
+            f"hello {PORT_A}", f"hello {PORT_B}"]
+        engine.narrow_network(box.id, Network(mode="allowlist", egress=[
+            Egress(cidr=remote.ip, ports=[PORT_A], protocol="tcp")]))
+        assert probe(box, ("tcp", remote.ip, PORT_A), ("tcp", remote.ip, PORT_B)) == [
+            f"hello {PORT_A}", "EHOSTUNREACH"]
+        engine.narrow_network(box.id, Network(mode="none"))
+        assert probe(box, ("tcp", remote.ip, PORT_A)) == ["EHOSTUNREACH"]
+        assert engine.networks.lease(box.id).rules == []  # kept for a restart, as the chain now is
+    with engine.create("basic") as closed, pytest.raises(InvalidRequest, match="no network to narrow"):
+        engine.narrow_network(closed.id, Network(mode="allowlist", egress=[Egress(cidr=remote.ip)]))
+
+
+def test_a_sandbox_may_ask_for_no_more_than_its_template() -> None:
+    template = Network(mode="allowlist", egress=[Egress(cidr="10.9.0.0/16", ports=[443], protocol="tcp"),
+                                                 Egress(host="pypi.org")])
+    check_within("t", template, Network(mode="none"))
+    check_within("t", template, Network(mode="allowlist", egress=[Egress(cidr="10.9.1.0/24", ports=[443],
+                                                                         protocol="tcp"), Egress(host="pypi.org")]))
+    for wider, named in ((Egress(cidr="10.0.0.0/8", ports=[443], protocol="tcp"), "10.0.0.0/8"),
+                         (Egress(cidr="10.9.1.0/24", ports=[80], protocol="tcp"), "ports [80]"),
+                         (Egress(cidr="10.9.1.0/24"), "10.9.1.0/24"),
+                         (Egress(cidr="10.9.1.0/24", ports=[443], protocol="udp"), "(udp)"),
+                         (Egress(host="example.com"), "example.com")):
+        with pytest.raises(InvalidRequest, match=re.escape(named)):
+            check_within("t", template, Network(mode="allowlist", egress=[wider]))

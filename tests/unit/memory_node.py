@@ -144,7 +144,7 @@ class MemoryNode:
             self.files_of[child.id] = dict(self.files_of[sandbox_id])
         return children
 
-    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
+    async def pause(self, tenant: str, sandbox_id: str, memory: bool = True) -> SandboxInfo:
         return self._set_state(await self.get(tenant, sandbox_id), "paused")
 
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:

@@ -119,3 +119,93 @@ def test_two_containers_are_refused() -> None:
 def test_rollbox_documents_are_untouched() -> None:
     (template,) = load_resources("apiVersion: rollbox.dev/v1alpha1\nkind: SandboxTemplate\nmetadata: {name: t}\n")
     assert template.spec.base == "host"
+
+
+DEMO = """\
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxTemplate
+metadata: {name: python-runtime-sandbox}
+spec:
+  envVarsInjectionPolicy: Disallowed
+  networkPolicyManagement: Unmanaged
+  podTemplate:
+    metadata:
+      labels: {app: python-runtime-pool}
+    spec:
+      automountServiceAccountToken: false
+      runtimeClassName: gvisor
+      containers:
+      - name: runtime
+        image: registry.example.com/agent-sandbox/python-runtime-sandbox:v0.4.6
+        imagePullPolicy: Always
+---
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxWarmPool
+metadata: {name: python-runtime-pool}
+spec:
+  replicas: 2
+  sandboxTemplateRef: {name: python-runtime-sandbox}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: python-runtime-pool-restrict-egress}
+spec:
+  podSelector:
+    matchLabels: {app: python-runtime-pool}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - namespaceSelector:
+        matchLabels: {kubernetes.io/metadata.name: kube-system}
+      podSelector:
+        matchLabels: {k8s-app: kube-dns}
+    ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
+  - to: [{ipBlock: {cidr: 169.254.20.10/32}}]
+    ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
+"""
+"""A manifest in the shape of KubeRay's agent-sandbox demo: an unmanaged template whose egress a NetworkPolicy of
+the same file restricts to name resolution, gVisor, and a registry image."""
+
+
+def test_a_demo_manifest_with_its_network_policy_applies() -> None:
+    template, pool = load_resources(DEMO)
+    assert isinstance(template, SandboxTemplate) and isinstance(pool, SandboxWarmPool)
+    assert (template.spec.runtime, template.spec.base) == (
+        "runsc", "docker://registry.example.com/agent-sandbox/python-runtime-sandbox:v0.4.6")
+    assert template.spec.network.mode == "none"  # DNS alone allows nothing: a sandbox resolves no names
+
+
+def test_a_network_policy_of_ip_blocks_is_the_allowlist() -> None:
+    dns = "cidr: 169.254.20.10/32}}]\n    ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]"
+    https = "cidr: 10.9.0.0/16}}]\n    ports: [{protocol: TCP, port: 443}, {protocol: UDP, port: 443}]"
+    policy = DEMO.replace(dns, https)
+    (template, _) = load_resources(policy)
+    assert template.spec.network.mode == "allowlist"
+    assert [(e.cidr, e.ports, e.protocol) for e in template.spec.network.egress] == [
+        ("10.9.0.0/16", [443], "tcp"), ("10.9.0.0/16", [443], "udp")]
+
+
+def test_every_refusal_of_a_file_is_told_at_once() -> None:
+    broken = (DEMO.replace("runtimeClassName: gvisor", "runtimeClassName: nvidia")
+              .replace("imagePullPolicy: Always", "imagePullPolicy: Always\n        volumeMounts: [{name: v}]")
+              .replace("app: python-runtime-pool}\n  policyTypes", "app: elsewhere}\n  policyTypes"))
+    with pytest.raises(InvalidResource) as refused:
+        load_resources(broken)
+    message = str(refused.value)
+    for named in ("runtimeClassName", "volumeMounts", "networkPolicyManagement: Unmanaged",
+                  "NetworkPolicy python-runtime-pool-restrict-egress: its podSelector selects no"):
+        assert named in message, (named, message)
+    assert message.startswith("4 refusals, each with what to do:")
+
+
+def test_network_policies_refuse_what_an_allowlist_cannot_say() -> None:
+    ingress = DEMO.replace("policyTypes: [Egress]", "policyTypes: [Egress, Ingress]")
+    with pytest.raises(InvalidResource, match="policyTypes: Ingress"):
+        load_resources(ingress)
+    pods = DEMO.replace("ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]\n  - to: [{ipBlock",
+                        "ports: [{protocol: TCP, port: 8080}]\n  - to: [{ipBlock", 1)
+    with pytest.raises(InvalidResource, match=r"egress\[0\]\.to\[0\]: only ipBlock\.cidr maps"):
+        load_resources(pods)
+    managed = DEMO.replace("  networkPolicyManagement: Unmanaged\n", "")
+    (template, _) = load_resources(managed)  # policies add up: the template's own (none) and the file's (DNS)
+    assert template.spec.network.mode == "none"

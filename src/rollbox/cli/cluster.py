@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 from rollbox.cli.arguments import Commands, UsageError, data_dir_options
 from rollbox.cli.images import node_options, node_settings
@@ -62,8 +63,8 @@ def cmd_node(args: argparse.Namespace) -> None:
         agent.run(listener)
 
 
-def serve_cluster(args: argparse.Namespace, tokens: dict[str, str]) -> None:
-    """The router of `rollbox serve --ray [ADDRESS]` or `--node URL ...`."""
+def serve_cluster(args: argparse.Namespace, tokens: dict[str, str], ports: dict[str, Any]) -> None:
+    """The router of `rollbox serve --ray [ADDRESS]` or `--node URL ...`; `ports`: `serve_router`'s ports options."""
     from rollbox.cluster.serve import serve_router
 
     capacity = args.max_sandboxes or 64
@@ -83,4 +84,5 @@ def serve_cluster(args: argparse.Namespace, tokens: dict[str, str]) -> None:
 
         members = StaticMembers(args.node)
     serve_router(members, secret(args), host=args.host, port=args.port, tokens=tokens, admins=args.admin,
-                 node_capacity=capacity, release_idle=args.release_idle_nodes, data_plane=args.data_plane)
+                 node_capacity=capacity, release_idle=args.release_idle_nodes, data_plane=args.data_plane,
+                 **ports)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
+from typing import Any
 
 from rollbox.cli.arguments import Commands, UsageError, data_dir_options, pair, pairs
 from rollbox.cli.cluster import secret_options, serve_cluster
@@ -35,6 +36,13 @@ def add_commands(commands: Commands) -> None:
     serve.add_argument("--max-sandboxes", type=int, help="sandboxes this node runs at most")
     serve.add_argument("--delete-on-exit", action="store_true",
                        help="when stopped, delete every sandbox instead of leaving them to the next start")
+    ports = serve.add_argument_group("ports into sandboxes (docs/ports.md)")
+    ports.add_argument("--sandbox-domain", action="append", default=[], metavar="DOMAIN",
+                       help="serve {port}-{sandbox id}.DOMAIN (a wildcard DNS name pointing here) as that sandbox's "
+                            "port, besides *.localhost (repeatable; the first is what E2B's get_host gives)")
+    ports.add_argument("--in-cluster-connections", action="store_true",
+                       help="serve agent-sandbox's in-cluster connections: each sandbox's pod IP, a loopback address, "
+                            "opens it WITHOUT a token to every process on this machine (docs/compat-agent-sandbox.md)")
     cluster = serve.add_argument_group("a cluster's router, instead of this machine's node (docs/cluster.md)")
     cluster.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
                          help="join the Ray cluster at ADDRESS (default: the one this machine belongs to) and run a "
@@ -69,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if args.ray is not None or args.node:
         if args.ray is not None and args.node:
             raise UsageError("give --ray or --node, not both")
-        serve_cluster(args, tokens)
+        serve_cluster(args, tokens, port_settings(args))
         return
     from rollbox.server import serve
 
@@ -77,7 +85,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if args.data_dir is not None:
         options["data_dir"] = args.data_dir
     serve(host=args.host, port=args.port, socket=args.socket, tokens=tokens, admins=args.admin,
-          delete_on_exit=args.delete_on_exit, **options, **node_settings(args))
+          delete_on_exit=args.delete_on_exit, **options, **node_settings(args), **port_settings(args))
+
+
+def port_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The ports options as `serve`'s and `serve_router`'s keyword arguments."""
+    return {"sandbox_domains": (*args.sandbox_domain, "localhost"), "in_cluster": args.in_cluster_connections}
 
 
 def _tokens_file(path: Path | None) -> dict[str, str]:

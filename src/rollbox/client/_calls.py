@@ -6,6 +6,7 @@ this one place.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from rollbox.models import (
     SnapshotInfo,
     SnapshotRequest,
     TemplateInfo,
+    TrafficToken,
     VolumeInfo,
     VolumeRequest,
     WarmPoolInfo,
@@ -69,6 +71,7 @@ _FILE = _json(TypeAdapter(FileInfo))
 _FILES = _json(TypeAdapter(list[FileInfo]))
 _ARCHIVE = _json(TypeAdapter(ArchiveResult))
 _MODEL_CALLS = _json(TypeAdapter(ModelCallLog))
+_TRAFFIC_TOKEN = _json(TypeAdapter(TrafficToken))
 
 
 _BINARY = {"content-type": "application/octet-stream"}
@@ -209,6 +212,17 @@ def delete_sandbox(sandbox_id: str) -> Call[None]:
     return _delete(_sandbox(sandbox_id))
 
 
+def traffic_token(sandbox_id: str) -> Call[TrafficToken]:
+    return _get(_sandbox(sandbox_id, "/traffic_token"), _TRAFFIC_TOKEN)
+
+
+def port_url(base_url: str, sandbox_id: str, port: int, path: str) -> str:
+    """Where the router passes requests to `port` in the sandbox (docs/ports.md)."""
+    if not 1 <= port <= 65535:
+        raise errors.InvalidRequest(f"port {port}: give a port from 1 to 65535")
+    return f"{base_url.rstrip('/')}{_sandbox(sandbox_id, f'/ports/{port}')}/{path.lstrip('/')}"
+
+
 def reset(sandbox_id: str) -> Call[SandboxInfo]:
     return _post(_sandbox(sandbox_id, "/reset"), _SANDBOX)
 
@@ -221,8 +235,14 @@ def snapshot(sandbox_id: str, name: str) -> Call[SnapshotInfo]:
     return _post(_sandbox(sandbox_id, "/snapshot"), _SNAPSHOT, _body(SnapshotRequest, name=name))
 
 
-def pause(sandbox_id: str) -> Call[SandboxInfo]:
-    return _post(_sandbox(sandbox_id, "/pause"), _SANDBOX)
+def set_network(sandbox_id: str, network: spec.Network) -> Call[SandboxInfo]:
+    return Call("PUT", _sandbox(sandbox_id, "/network"), _SANDBOX, body=_dump(network), headers=JSON)
+
+
+def pause(sandbox_id: str, memory: bool = True) -> Call[SandboxInfo]:
+    if memory:
+        return _post(_sandbox(sandbox_id, "/pause"), _SANDBOX)
+    return Call("POST", _sandbox(sandbox_id, "/pause"), _SANDBOX, params={"memory": "false"})
 
 
 def resume(sandbox_id: str) -> Call[SandboxInfo]:
@@ -284,8 +304,11 @@ def read_file(sandbox_id: str, path: str) -> Call[bytes]:
     return _get(_sandbox(sandbox_id, "/files"), _content, {"path": path})
 
 
-def write_file(sandbox_id: str, path: str, data: str | bytes, mode: int | None) -> Call[None]:
+def write_file(sandbox_id: str, path: str, data: str | bytes, mode: int | None,
+               metadata: dict[str, str] | None = None) -> Call[None]:
     params = {"path": path} if mode is None else {"path": path, "mode": str(mode)}
+    if metadata:
+        params["metadata"] = json.dumps(metadata)
     return Call("PUT", _sandbox(sandbox_id, "/files"), _none, params=params, body=data, headers=_BINARY,
                 idempotent=True)
 

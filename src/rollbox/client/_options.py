@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from rollbox.models import ApplyEvent
-from rollbox.spec import ModelGateway, VolumeMount
+from rollbox.spec import ModelGateway, Network, VolumeMount
 
 OutputCallback = Callable[[str], None]
 ProgressCallback = Callable[[ApplyEvent], None]
@@ -42,6 +42,10 @@ class ClaimOptions(TypedDict, total=False):
     "max_seconds"?}`; its processes get OPENAI_BASE_URL and OPENAI_API_KEY (docs/gateway.md)."""
     seed: int | None
     """Deterministic mode from this seed (docs/determinism.md)."""
+    network: Network | dict[str, Any] | None
+    """The sandbox's own egress, within its template's: `{"mode": "none"}`, or an allowlist of fewer destinations."""
+    on_timeout: Literal["delete", "pause", "pause_files"] | None
+    """What `shutdown_after` does when it runs out: delete (the default) or pause the sandbox."""
 
 
 class ExecOptions(TypedDict, total=False):

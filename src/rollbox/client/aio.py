@@ -31,9 +31,11 @@ from rollbox.models import (
     SandboxStats,
     SnapshotInfo,
     TemplateInfo,
+    TrafficToken,
     VolumeInfo,
     WarmPoolInfo,
 )
+from rollbox.spec import Network
 
 T = TypeVar("T")
 
@@ -226,13 +228,30 @@ class AsyncSandbox:
         """Freezes the current state under `name`; `create_sandbox(snapshot=name)` starts from it."""
         return await self._client._send(calls.snapshot(self.id, name))
 
-    async def pause(self) -> AsyncSandbox:
-        self.info = await self._client._send(calls.pause(self.id))
+    async def set_network(self, network: Network | dict[str, Any]) -> AsyncSandbox:
+        """Narrows the sandbox's egress within its template's: `{"mode": "allowlist", "egress": [...]}` with fewer
+        destinations, or `{"mode": "none"}`; anything its template does not allow is refused."""
+        policy = network if isinstance(network, Network) else Network.model_validate(network)
+        self.info = await self._client._send(calls.set_network(self.id, policy))
+        return self
+
+    async def pause(self, *, memory: bool = True) -> AsyncSandbox:
+        """See `Sandbox.pause`."""
+        self.info = await self._client._send(calls.pause(self.id, memory))
         return self
 
     async def resume(self) -> AsyncSandbox:
         self.info = await self._client._send(calls.resume(self.id))
         return self
+
+    def url(self, port: int, path: str = "/") -> str:
+        """The URL of `port` in this sandbox, through the router: send the tenant's token with each request, or the
+        sandbox's `traffic_token()` (docs/ports.md)."""
+        return calls.port_url(self._client.base_url, self.id, port, path)
+
+    async def traffic_token(self) -> TrafficToken:
+        """A token that opens this sandbox's ports, and nothing else, to whoever holds it."""
+        return await self._client._send(calls.traffic_token(self.id))
 
     async def stats(self) -> SandboxStats:
         """What the sandbox uses now: memory and its peak, CPU seconds, processes, disk."""
@@ -293,9 +312,11 @@ class AsyncFiles:
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return (await self.read(path)).decode(encoding)
 
-    async def write(self, path: str, data: str | bytes, *, mode: int | None = None) -> None:
-        """Creates or replaces a file (and its missing parent directories)."""
-        await self._client._send(calls.write_file(self._sandbox_id, path, data, mode))
+    async def write(self, path: str, data: str | bytes, *, mode: int | None = None,
+              metadata: dict[str, str] | None = None) -> None:
+        """Creates or replaces a file (and its missing parent directories); `metadata` is kept with it as its user
+        extended attributes, and read back in `stat` and `list`."""
+        await self._client._send(calls.write_file(self._sandbox_id, path, data, mode, metadata))
 
     async def list(self, path: str = ".") -> list[FileInfo]:
         return await self._client._send(calls.list_files(self._sandbox_id, path))

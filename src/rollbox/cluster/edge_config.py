@@ -95,7 +95,8 @@ def render(routes: Routes, root: Path) -> str:
                                       "unknown; check it, or try again")),
         gone=_json(ConnectionFailed("the router behind nginx does not answer: it is stopping or starting; try again "
                                     "shortly")),
-        exit_header=EXIT_CODE_HEADER.replace("-", "_"), calls=CALLS)
+        exit_header=EXIT_CODE_HEADER.replace("-", "_"), calls=CALLS,
+        to_router_as_sent=_TO_ROUTER_AS_SENT.format(tenant_header=TENANT_HEADER))
 
 
 def _regex(text: str) -> str:
@@ -108,6 +109,16 @@ def _json(error: RollboxError) -> str:
     body = ErrorBody.of(error.code, str(error)).model_dump_json().replace("\\", "\\\\").replace("'", "\\'")
     return f"return {error.status} '{body}';"
 
+
+_TO_ROUTER_AS_SENT = """\
+      error_page 502 504 = @router_gone;
+      proxy_request_buffering off;
+      proxy_pass http://rollbox_router;
+      proxy_set_header Host $http_host;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $rollbox_connection;
+      proxy_set_header {tenant_header} "";"""
+"""To the router, body streamed and WebSockets upgraded: everything nginx does not pass to a node itself."""
 
 _KEEPALIVE = "keepalive 256; keepalive_requests 1000000000; keepalive_timeout 60s;"
 """Kept-alive connections to a node or the router: closed by nginx before the other side's 75 s run out."""
@@ -150,6 +161,7 @@ http {{
     "~^(?:GET|PUT) /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/files(?:\\?[^#]*)?$" $1;
     "~^(?:GET|DELETE) /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+$" $1;
     "~^GET /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/stats$" $1;
+    "~^[A-Z]+ /v1/sandboxes/([A-Za-z0-9._~+=:-]*)-[A-Za-z0-9._~+=:]+/(?:ports|tunnel)/[0-9]+(?:[/?][^#]*)?$" $1;
   }}
   map $rollbox_node $rollbox_node_upstream {{
     default "";
@@ -214,6 +226,25 @@ http {{
       proxy_set_header Authorization $rollbox_authorization;
       proxy_set_header {tenant_header} $rollbox_acting_for;
     }}
+    location ~ ^/v1/sandboxes/[^/]+/(?:ports|tunnel)/[0-9]+(?:/|$) {{
+      # Traffic to a sandbox's port (docs/ports.md): with a token nginx knows, straight to the sandbox's node, as
+      # it comes (bodies streamed both ways, WebSockets upgraded); with a traffic token, to the router.
+      client_max_body_size {max_body};
+      error_page 413 = @too_large;
+      error_page 502 504 = @port_unreached;
+      proxy_request_buffering off;
+      proxy_pass http://$rollbox_upstream;
+      proxy_set_header Host $http_host;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $rollbox_connection;
+      proxy_set_header Authorization $rollbox_authorization;
+      proxy_set_header {tenant_header} $rollbox_acting_for;
+    }}
+    location @port_unreached {{
+      default_type application/json;
+      if ($upstream_bytes_sent != "0") {{ {dropped} }}
+{to_router_as_sent}
+    }}
     location @unreached {{
       default_type application/json;
       # Nothing reached the node: the router takes the call, and waits for the node if it is restarting.
@@ -250,13 +281,7 @@ http {{
     location @router_gone {{ default_type application/json; {gone} }}
     location / {{
       client_max_body_size 0;
-      error_page 502 504 = @router_gone;
-      proxy_request_buffering off;
-      proxy_pass http://rollbox_router;
-      proxy_set_header Host $http_host;
-      proxy_set_header Upgrade $http_upgrade;
-      proxy_set_header Connection $rollbox_connection;
-      proxy_set_header {tenant_header} "";
+{to_router_as_sent}
     }}
   }}
 }}

@@ -49,7 +49,7 @@ from rollbox.models import (
 )
 from rollbox.node.base import FileOp, OutputCallback
 from rollbox.server.auth import TENANT_HEADER
-from rollbox.spec import Resource
+from rollbox.spec import Network, Resource
 
 T = TypeVar("T")
 ROUTER_TENANT = "router"
@@ -153,8 +153,11 @@ class RemoteNode:
     async def fork(self, tenant: str, sandbox_id: str, count: int) -> list[SandboxInfo]:
         return await self.send(tenant, calls.fork(sandbox_id, count))
 
-    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
-        return await self.send(tenant, calls.pause(sandbox_id))
+    async def set_network(self, tenant: str, sandbox_id: str, network: Network) -> SandboxInfo:
+        return await self.send(tenant, calls.set_network(sandbox_id, network))
+
+    async def pause(self, tenant: str, sandbox_id: str, memory: bool = True) -> SandboxInfo:
+        return await self.send(tenant, calls.pause(sandbox_id, memory))
 
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await self.send(tenant, calls.resume(sandbox_id))
@@ -271,7 +274,7 @@ def _file_call(sandbox_id: str, op: FileOp, path: str, options: dict[str, Any]) 
     if op == "read":
         return calls.read_file(sandbox_id, path)
     if op == "write":
-        return calls.write_file(sandbox_id, path, options["data"], options.get("mode"))
+        return calls.write_file(sandbox_id, path, options["data"], options.get("mode"), options.get("metadata"))
     if op == "remove":
         return calls.remove_file(sandbox_id, path, options.get("recursive", False))
     if op == "list":

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import httpx
@@ -20,7 +20,9 @@ import httpx
 from rollbox.cluster.images import ClusterImages
 from rollbox.cluster.placement import ReadyEstimate
 from rollbox.cluster.pools import ClusterPool, read_pools
+from rollbox.cluster.processes import ClusterProcesses
 from rollbox.cluster.remote import RemoteNode, no_progress
+from rollbox.cluster.tunnel import open_tunnel
 from rollbox.cluster.view import NodeState
 from rollbox.cluster.volumes import ClusterVolumes
 from rollbox.cluster.watcher import SERVING, Members, Watcher, lost
@@ -37,23 +39,17 @@ from rollbox.models import (
     ExecRequest,
     ExecResult,
     ModelCallLog,
-    ProcessControl,
-    ProcessEvent,
-    ProcessInfo,
-    ProcessRequest,
     SandboxInfo,
     SandboxStats,
-    ShellCommand,
-    ShellRequest,
     SnapshotInfo,
     TemplateInfo,
     VolumeInfo,
     VolumeRequest,
     WarmPoolInfo,
 )
-from rollbox.node.base import FileOp, OutputCallback
+from rollbox.node.base import FileOp, OutputCallback, PortStream
 from rollbox.node.images import ImageOperations
-from rollbox.spec import Resource, SandboxTemplate
+from rollbox.spec import Network, Resource, SandboxTemplate
 
 log = logging.getLogger("rollbox.cluster")
 T = TypeVar("T")
@@ -63,7 +59,7 @@ RESTART_WAIT = 5.0
 it), before it answers 503."""
 
 
-class ClusterNode(ImageOperations):
+class ClusterNode(ImageOperations, ClusterProcesses):
     def __init__(self, members: Members, secret: str, *, node_capacity: int = 64, release_idle: bool = False,
                  tick: float | None = None, data_plane: str = "python") -> None:
         self._secret = secret
@@ -207,8 +203,8 @@ class ClusterNode(ImageOperations):
         """The children live on the parent's node: a fork shares its layers there."""
         return await self._at(sandbox_id, lambda node: node.fork(tenant, sandbox_id, count))
 
-    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
-        return await self._at(sandbox_id, lambda node: node.pause(tenant, sandbox_id))
+    async def pause(self, tenant: str, sandbox_id: str, memory: bool = True) -> SandboxInfo:
+        return await self._at(sandbox_id, lambda node: node.pause(tenant, sandbox_id, memory))
 
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await self._at(sandbox_id, lambda node: node.resume(tenant, sandbox_id))
@@ -222,53 +218,12 @@ class ClusterNode(ImageOperations):
     async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
         return await self._at(sandbox_id, lambda node: node.set_shutdown_after(tenant, sandbox_id, seconds))
 
-    # -- processes --------------------------------------------------------------------------
+    async def set_network(self, tenant: str, sandbox_id: str, network: Network) -> SandboxInfo:
+        return await self._at(sandbox_id, lambda node: node.set_network(tenant, sandbox_id, network))
 
-    async def start_process(self, tenant: str, sandbox_id: str, request: ProcessRequest) -> ProcessInfo:
-        return await self._at(sandbox_id, lambda node: node.start_process(tenant, sandbox_id, request))
-
-    async def processes(self, tenant: str, sandbox_id: str) -> list[ProcessInfo]:
-        return await self._at(sandbox_id, lambda node: node.processes(tenant, sandbox_id))
-
-    async def process(self, tenant: str, sandbox_id: str, process_id: str) -> ProcessInfo:
-        return await self._at(sandbox_id, lambda node: node.process(tenant, sandbox_id, process_id))
-
-    async def process_events(self, tenant: str, sandbox_id: str, process_id: str, offset: int | None = 0
-                             ) -> AsyncIterator[ProcessEvent]:
-        """The node's stream, passed through as it comes; opening it is a call like any other (`_at`)."""
-
-        async def opened(node: RemoteNode) -> tuple[ProcessEvent, AsyncIterator[ProcessEvent]]:
-            events = node.process_events(tenant, sandbox_id, process_id, offset)
-            try:
-                return await anext(events), events
-            except BaseException:
-                await events.aclose()  # type: ignore[attr-defined]
-                raise
-
-        first, events = await self._at(sandbox_id, opened)
-        try:
-            yield first
-            async for event in events:
-                yield event
-        except httpx.TransportError as error:
-            raise NodeUnavailable(f"the sandbox's node stopped answering during the stream ({error}); follow the "
-                                  "process again from the last offset") from None
-        finally:
-            await events.aclose()  # type: ignore[attr-defined]
-
-    async def control_process(self, tenant: str, sandbox_id: str, process_id: str, request: ProcessControl
-                              ) -> None:
-        await self._at(sandbox_id, lambda node: node.control_process(tenant, sandbox_id, process_id, request))
-
-    async def delete_process(self, tenant: str, sandbox_id: str, process_id: str) -> None:
-        await self._at(sandbox_id, lambda node: node.delete_process(tenant, sandbox_id, process_id))
-
-    async def start_shell(self, tenant: str, sandbox_id: str, request: ShellRequest) -> ProcessInfo:
-        return await self._at(sandbox_id, lambda node: node.start_shell(tenant, sandbox_id, request))
-
-    async def run_in_shell(self, tenant: str, sandbox_id: str, process_id: str, request: ShellCommand
-                           ) -> ExecResult:
-        return await self._at(sandbox_id, lambda node: node.run_in_shell(tenant, sandbox_id, process_id, request))
+    async def open_port(self, tenant: str, sandbox_id: str, port: int) -> PortStream:
+        """A tunnel to the port through the sandbox's node agent (tunnel.py)."""
+        return await self._at(sandbox_id, lambda node: open_tunnel(node.url, self._secret, tenant, sandbox_id, port))
 
     # -- snapshots --------------------------------------------------------------------------
 

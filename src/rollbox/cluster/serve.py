@@ -23,6 +23,7 @@ from rollbox.server.app import DEFAULT_MAX_BODY
 from rollbox.server.auth import Tenants
 from rollbox.server.listen import listen_tcp, server
 from rollbox.server.metrics import Metrics
+from rollbox.server.ports import DEFAULT_DOMAINS
 from rollbox.server.serve import refuse_open
 
 log = logging.getLogger("rollbox.cluster")
@@ -35,7 +36,8 @@ router itself (forwarding.py), or nginx when it is installed and tracing is off 
 def serve_router(members: Members, secret: str, *, host: str = "127.0.0.1", port: int = 8080,
                  listener: sockets.socket | None = None, tokens: dict[str, str] | None = None,
                  admins: Iterable[str] = (), node_capacity: int = 64, release_idle: bool = False,
-                 data_plane: DataPlane = "auto", log_level: str = "warning") -> None:
+                 data_plane: DataPlane = "auto", log_level: str = "warning",
+                 sandbox_domains: tuple[str, ...] = DEFAULT_DOMAINS, in_cluster: bool = False) -> None:
     """Serves until SIGINT/SIGTERM. Nothing is lost when it stops: the nodes hold every claim and pool."""
     admins = tuple(admins)
     if listener is None:
@@ -46,7 +48,8 @@ def serve_router(members: Members, secret: str, *, host: str = "127.0.0.1", port
     cluster = ClusterNode(members, secret, node_capacity=node_capacity, release_idle=release_idle,
                           data_plane="nginx" if nginx else "python")
     metrics = Metrics()  # the edge's calls are counted with the routes' own
-    app = create_app(cluster, tokens, admins=admins, metrics=metrics,
+    app = create_app(cluster, tokens, admins=admins, metrics=metrics, sandbox_domains=sandbox_domains,
+                     in_cluster=in_cluster,
                      front=lambda routes, _, tenants, fail: Forwarding(routes, cluster, tenants, metrics, fail))
     listener = listener or listen_tcp(host, port)
 

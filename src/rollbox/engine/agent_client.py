@@ -8,6 +8,7 @@ up on an agent by the same timeouts (`CONNECT_TIMEOUT`, `AgentRequest.answer_tim
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 import time
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rollbox import tracing
-from rollbox.errors import Conflict, SandboxNotRunning
+from rollbox.errors import Conflict, PortClosed, SandboxNotRunning
 from rollbox.models import ExecResult
 
 OutputCallback = Callable[[str], None]
@@ -218,6 +219,75 @@ class AgentClient:
         if tracing.on:
             tracing.exec_phases(connecting, collector.spawned, time.time_ns())
         return collector.result
+
+
+    async def open_port(self, port: int, pass_socket: bool) -> socket.socket:
+        """A connected socket to `port` on the sandbox's loopback (agent/port.c): the sandbox's own TCP socket when
+        `pass_socket` (the runtime lets descriptors cross), else the agent's connection, which relays the port's
+        bytes from then on. Non-blocking. Raises PortClosed when nothing listens there."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                await loop.sock_connect(sock, self.socket_path)
+        except (OSError, TimeoutError):
+            sock.close()
+            raise _lost(self.container_id) from None
+        try:
+            async with asyncio.timeout(ANSWER_TIMEOUT):
+                await loop.sock_sendall(sock, (_frame(b"F", b"") if pass_socket else b"")
+                                        + _frame(b"N", str(port).encode()))
+                head, fds = await _receive_with_fds(loop, sock, _HEADER.size)
+                kind, length = _HEADER.unpack(head)
+                message = b""
+                while len(message) < length:
+                    chunk = await loop.sock_recv(sock, length - len(message))
+                    if not chunk:
+                        raise EOFError
+                    message += chunk
+        except (OSError, EOFError, struct.error, TimeoutError):
+            sock.close()
+            raise _lost(self.container_id) from None
+        if kind != b"N":
+            sock.close()
+            raise PortClosed(message.decode(errors="replace") or f"port {port} could not be opened")
+        if not pass_socket:
+            return sock
+        sock.close()
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise _lost(self.container_id)
+        opened = socket.socket(fileno=fds[0])
+        opened.setblocking(False)
+        return opened
+
+
+async def _receive_with_fds(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int
+                            ) -> tuple[bytes, list[int]]:
+    """Exactly `size` bytes of a non-blocking unix socket and the descriptors that came with them."""
+    data, fds = b"", []
+    while len(data) < size:
+        try:
+            chunk, received, _, _ = socket.recv_fds(sock, size - len(data), 4)
+        except BlockingIOError:
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(sock.fileno(), _settle, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(sock.fileno())
+            continue
+        if not chunk:
+            raise EOFError
+        data += chunk
+        fds += received
+    return data, fds
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes:

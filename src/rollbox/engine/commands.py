@@ -6,6 +6,7 @@ environment and a directory, all of which depend on the container's image and te
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def agent_request(record: ContainerRecord, runtime: Runtime, rootfs: Path, comma
         identity, home = (account.uid, account.gid, account.groups), account.home
     full_env = {**BASE_ENV, "PATH": PATH_ENV, "HOME": home, **runtime.exec_env,
                 **record.image.env, **record.env, **(env or {})}
+    if cwd and not cwd.startswith("/"):
+        cwd = posixpath.join(home, cwd)  # as the files API takes relative paths: from the user's home
     return AgentRequest(
         command=argv, env=full_env, cwd=cwd or record.image.workdir or home, user=identity, timeout=timeout,
         output_limit=output_limit or record.limits["output"],

@@ -35,13 +35,14 @@ from rollbox.engine.layers import LayerStore
 from rollbox.engine.lifecycle import Lifecycle
 from rollbox.engine.live import Live
 from rollbox.engine.network import Networks
+from rollbox.engine.ports import Ports
 from rollbox.engine.processes import ContainerProcesses
 from rollbox.engine.runtimes import Runtime
 from rollbox.engine.store import ContainerRecord, Image, Store
 from rollbox.engine.templates import Templates
 from rollbox.errors import InvalidRequest, SandboxNotFound, SnapshotNotFound
 from rollbox.models import MAX_FORK, ExecResult, SandboxStats, SnapshotInfo
-from rollbox.spec import Limits, SandboxTemplate
+from rollbox.spec import Limits, Network, SandboxTemplate
 
 DEFAULT_DATA_DIR = Path("/var/lib/rollbox")
 RUN_ROOT = Path("/run/rollbox")
@@ -85,6 +86,7 @@ class Engine:
         self._layering = Layering(self._lifecycle, self.cgroups, self.delete)
         self._live = Live(self._lifecycle, self.delete)
         self._collection = Collection(self.store, self.layers, self.checkpoints)
+        self._ports = Ports()
         if recover:
             self.recover()
 
@@ -263,14 +265,18 @@ class Engine:
                 self._awake(self._record(container_id))
         return record
 
-    def pause(self, container_id: str) -> None:
-        """Freezes every process of the container: it uses no CPU and keeps its memory and files. Where the
-        runtime can checkpoint (gVisor), it goes to standby instead: saved to disk, holding no memory."""
+    def pause(self, container_id: str, memory: bool = True) -> None:
+        """Freezes the container's processes (no CPU; memory and files kept), or under gVisor saves it to disk in
+        standby; without `memory` it stops, keeping its files alone, and its resume starts it again over them."""
         with self._locked(container_id):
             record = self._started(container_id)
-            if record.state == "running" and self.carries_memory(container_id):
+            if record.state != "running":
+                return
+            if not memory:
+                self._live.set_aside(record)
+            elif self.carries_memory(container_id):
                 self._live.standby(record)
-            elif record.state == "running":
+            else:
                 self.cgroups.freeze(record.oci_id, True)
                 record.state = "paused"
                 self._lifecycle.save(record)
@@ -327,6 +333,15 @@ class Engine:
                                   lambda command, **options: self._agent_request(container_id, command, **options)[1],
                                   record.limits["output"])
 
+    def narrow_network(self, container_id: str, policy: Network) -> None:
+        self.networks.narrow(self._record(container_id).id, policy)
+
+    async def open_port(self, container_id: str, port: int) -> socket.socket:
+        """A connected socket to `port` on the loopback of a running container (resume a paused one first)."""
+        record = self._record(container_id)
+        return await self._ports.open(self.runtime(record.runtime), record.oci_id, self.launcher.agent_client(record),
+                                      port)
+
     def stats(self, container_id: str) -> SandboxStats:
         return self.launcher.stats(self._started(container_id))
 
@@ -379,6 +394,7 @@ class Engine:
         when none is left, the engine's run directory and cgroup parents go too, so that a stopped server
         leaves nothing on the machine outside its data directory."""
         self._lifecycle.reaper.stop()
+        self._ports.close()
         self.store.close()
         self.images.close()
         if not self._records:

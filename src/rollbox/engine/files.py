@@ -24,6 +24,12 @@ from rollbox.errors import Conflict, FileNotFound, InvalidPath, InvalidRequest, 
 from rollbox.models import FileInfo
 
 _MAX_PATH = 4096
+XATTR_PREFIX = "user."
+"""The extended attributes a file's metadata is kept in (user ones only: the others are the kernel's)."""
+MAX_ACCOUNTS = 1 << 20
+"""Bytes of the sandbox's /etc/passwd or /etc/group read at most to name owners."""
+
+
 def _clean(path: str) -> str:
     """Normalises a sandbox path to a relative one; the kernel still does the real containment."""
     if not isinstance(path, str) or not path or "\0" in path or len(path) > _MAX_PATH:
@@ -59,6 +65,7 @@ class ContainerFiles:
         self.uid = uid
         self.gid = gid
         self.max_upload = max_upload
+        self._names: tuple[dict[int, str], dict[int, str]] | None = None
 
     def _absolute(self, path: str) -> str:
         path = _clean(path)
@@ -107,8 +114,11 @@ class ContainerFiles:
                     raise TooLarge(f"{path} is more than the {limit}-byte limit")
             return b"".join(chunks)
 
-    def write(self, path: str, data: bytes | str | BinaryIO, mode: int = 0o644) -> None:
-        """Writes a file whole (a file object is copied in chunks, never held in memory), replacing any there."""
+    def write(self, path: str, data: bytes | str | BinaryIO, mode: int = 0o644,
+              metadata: dict[str, str] | None = None) -> FileInfo:
+        """Writes the file whole (a new file renamed over the old one, so a reader sees one or the other; a file
+        object is copied in chunks, never held in memory) and answers what it wrote; `metadata` becomes its user
+        extended attributes (an overwrite drops the old ones)."""
         data = data.encode() if isinstance(data, str) else data
         if isinstance(data, bytes) and len(data) > self.max_upload:
             raise TooLarge(f"{len(data)} bytes is more than the {self.max_upload}-byte upload limit")
@@ -123,6 +133,9 @@ class ContainerFiles:
                 self._fill(fd, data)
                 os.fchmod(fd, mode & 0o7777)
                 os.fchown(fd, self.uid, self.gid)
+                for key, value in (metadata or {}).items():
+                    os.setxattr(fd, XATTR_PREFIX + key, value.encode())
+                written = os.fstat(fd)
             except BaseException as error:
                 os.close(fd)
                 with suppress(OSError):
@@ -137,6 +150,7 @@ class ContainerFiles:
                 with suppress(OSError):
                     os.unlink(temp, dir_fd=parent)
                 raise _translate(error, path) from None
+        return self._info(self._absolute(path), name, written, None, dict(metadata) if metadata else None)
 
     def _fill(self, fd: int, data: bytes | BinaryIO) -> None:
         chunks = iter((data,)) if isinstance(data, bytes) else iter(lambda: data.read(1 << 20), b"")
@@ -215,7 +229,7 @@ class ContainerFiles:
             except OSError as error:
                 raise _translate(error, path) from None
             target = os.readlink(name, dir_fd=parent) if stat.S_ISLNK(info.st_mode) else None
-        return _info(self._absolute(path), name, info, target)
+            return self._info(self._absolute(path), name, info, target, _metadata(parent, name, info))
 
     def list(self, path: str = ".") -> list[FileInfo]:
         with self._open(path, os.O_RDONLY | os.O_DIRECTORY) as fd:
@@ -227,8 +241,36 @@ class ContainerFiles:
                 except FileNotFoundError:
                     continue
                 target = os.readlink(name, dir_fd=fd) if stat.S_ISLNK(info.st_mode) else None
-                entries.append(_info(f"{base}/{name}", name, info, target))
+                entries.append(self._info(f"{base}/{name}", name, info, target, _metadata(fd, name, info)))
             return entries
+
+    def _info(self, path: str, name: str, info: os.stat_result, target: str | None,
+              metadata: dict[str, str] | None) -> FileInfo:
+        users, groups = self._accounts()
+        mode = info.st_mode
+        kind = ("dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode)
+                else "symlink" if stat.S_ISLNK(mode) else "other")
+        return FileInfo(path=path, name=name, type=kind, size=info.st_size, mode=stat.S_IMODE(mode),
+                        mtime=info.st_mtime, target=target, owner=users.get(info.st_uid, str(info.st_uid)),
+                        group=groups.get(info.st_gid, str(info.st_gid)), metadata=metadata)
+
+    def _accounts(self) -> tuple[dict[int, str], dict[int, str]]:
+        """Users and groups by number, as the sandbox's own /etc/passwd and /etc/group name them."""
+        if self._names is None:
+            self._names = (self._table("/etc/passwd"), self._table("/etc/group"))
+        return self._names
+
+    def _table(self, path: str) -> dict[int, str]:
+        try:
+            text = self.read(path, MAX_ACCOUNTS).decode(errors="replace")
+        except RollboxError:
+            return {}
+        names: dict[int, str] = {}
+        for line in text.splitlines():
+            fields = line.split(":")
+            if len(fields) > 2 and fields[2].isdigit():
+                names.setdefault(int(fields[2]), fields[0])
+        return names
 
     def remove(self, path: str, recursive: bool = False) -> None:
         with self._parent(path) as (parent, name):
@@ -317,12 +359,23 @@ def _open_tar(archive: bytes) -> tarfile.TarFile:
         raise InvalidRequest(f"not a tar archive: {error}") from None
 
 
-def _info(path: str, name: str, info: os.stat_result, target: str | None) -> FileInfo:
-    mode = info.st_mode
-    kind = ("dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode)
-            else "symlink" if stat.S_ISLNK(mode) else "other")
-    return FileInfo(path=path, name=name, type=kind, size=info.st_size, mode=stat.S_IMODE(mode),
-                    mtime=info.st_mtime, target=target)
+def _metadata(parent: int, name: str, info: os.stat_result) -> dict[str, str] | None:
+    """A file's or directory's user extended attributes (a link's are never followed, nor a device opened)."""
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        return None
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
+        return None
+    try:
+        handle = f"/proc/self/fd/{fd}"  # an O_PATH descriptor takes no xattr calls; its /proc link does
+        found = {key[len(XATTR_PREFIX):]: os.getxattr(handle, key).decode(errors="replace")
+                 for key in os.listxattr(handle) if key.startswith(XATTR_PREFIX)}
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return found or None
 
 
 def _translate(error: OSError, path: str) -> Exception:

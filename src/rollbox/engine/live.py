@@ -113,11 +113,21 @@ class Live:
                 raise
             lifecycle.launcher.stop(record)
 
+    def set_aside(self, record: ContainerRecord) -> None:
+        """Stops the container and keeps its files alone (a pause without memory, any runtime): `wake` starts it
+        again over them, its processes afresh."""
+        self.lifecycle.launcher.stop(record)
+        record.checkpoint, record.state = None, "standby"
+        self.lifecycle.save(record)
+
     def wake(self, record: ContainerRecord) -> None:
-        """Restores a container in standby over its own files, under its id; its image then goes."""
+        """Restores a container in standby over its own files, under its id; its image then goes. One set aside
+        without its memory starts again over its files."""
         lifecycle = self.lifecycle
         image_id = record.checkpoint
-        assert image_id is not None
+        if image_id is None:
+            lifecycle.restart(record)
+            return
         lifecycle.launcher.stop(record)  # what a save left of the container on the machine
         record.generation += 1
         record.state = "running"

@@ -1,19 +1,18 @@
 """Egress allowlists: a sandbox's own network namespace, one veth to the host, nftables in between.
 
-A sandbox whose template says `network.mode: allowlist` gets, before its container starts, a named
-network namespace (`ip netns add rollbox-<engine>-<sandbox>`) holding `lo` and `eth0`, the inner end
-of a veth pair whose host end is `rb<engine><index>`. The pair gets a /30 of the engine's address
-pool (host end .1, sandbox .2, a default route via the host end). The host forwards and masquerades
-that sandbox's traffic to the destinations its template lists and refuses everything else: other
-ports, other destinations, the host itself on any address, and every other sandbox. The rules live
-in one nftables table per engine (`inet rollbox-<engine>`) with one chain per sandbox.
+A sandbox whose template says `network.mode: allowlist` gets, before its container starts, a named network namespace
+(`ip netns add rollbox-<engine>-<sandbox>`) holding `lo` and `eth0`, the inner end of a veth pair whose host end is
+`rb<engine><index>`. The pair gets a /30 of the engine's address pool (host end .1, sandbox .2, a default route via
+the host end). The host forwards and masquerades that sandbox's traffic to the destinations its template lists
+(or fewer, as its claim narrows them) and refuses everything else: other ports, other destinations, the host itself
+on any address, and every other sandbox. The rules live in one nftables table per engine (`inet rollbox-<engine>`)
+with one chain per sandbox.
 
-The namespace lives as long as the sandbox (reset and restarts keep it). The kernel objects outlive
-the engine process but not the machine, like the lease files that describe them
-(`<run dir>/<sandbox>/network.json`): a restarted engine keeps those of the sandboxes it adopts and
-removes every namespace, veth and chain of its own that no sandbox holds, never another engine's.
+The namespace lives as long as the sandbox (reset and restarts keep it). The kernel objects outlive the engine
+process but not the machine, like the lease files that describe them (`<run dir>/<sandbox>/network.json`): a
+restarted engine keeps those of the sandboxes it adopts and removes every namespace, veth and chain of its own that
+no sandbox holds, never another engine's.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -87,6 +86,18 @@ class Networks:
             lease = self._create(container_id, rules)
         return NETNS_DIR / lease.netns
 
+    def narrow(self, container_id: str, policy: Network) -> None:
+        """Replaces the sandbox's egress rules with `policy`'s (no more than its template's: the node checks)."""
+        with self._lock:
+            lease = self.lease(container_id)
+            if lease is None:
+                if policy.mode != "none":
+                    raise InvalidRequest("this sandbox has no network to narrow: its template's policy is none")
+                return
+            lease.rules = [rule for entry in policy.egress for rule in allow_rules(entry)]
+            _nft(self._plug_rules(lease))  # its chain flushed and filled again, in one transaction
+            self._save(lease)
+
     def lease(self, container_id: str) -> Lease | None:
         try:
             return Lease(**json.loads(self._lease_path(container_id).read_text()))
@@ -140,10 +151,7 @@ class Networks:
         try:
             _nft(self._skeleton() + self._plug_rules(lease))
             _enable_forwarding()
-            path = self._lease_path(container_id)
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path.with_suffix(".tmp").write_text(json.dumps(asdict(lease)))
-            path.with_suffix(".tmp").rename(path)
+            self._save(lease)
         except BaseException:
             self._undo(lease)
             raise
@@ -247,6 +255,12 @@ class Networks:
             _run(["nft", "delete", "table", "inet", self.table], "")
 
     # -- bookkeeping ------------------------------------------------------------------------
+
+    def _save(self, lease: Lease) -> None:
+        path = self._lease_path(lease.sandbox_id)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.with_suffix(".tmp").write_text(json.dumps(asdict(lease)))
+        path.with_suffix(".tmp").rename(path)
 
     def _lease_path(self, container_id: str) -> Path:
         return self.run_dir / container_id / "network.json"

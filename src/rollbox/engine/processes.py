@@ -298,6 +298,10 @@ async def _output(connection: _Connection, offset: int) -> AsyncIterator[Process
             offset = int(payload)
             yield ProcessEvent(type="gap", offset=offset)
         elif kind == b"z":
+            for stream, decoder in decoders.items():  # an incomplete character at the very end is U+FFFD
+                tail = decoder.decode(b"", final=True)
+                if tail:
+                    yield ProcessEvent(type="stdout" if stream == b"o" else "stderr", data=tail, offset=offset)
             code, sig, timed_out, out_dropped, err_dropped = (int(x) for x in payload.split())
             yield ProcessEvent(type="end", offset=offset, result=ExecResult(
                 exit_code=None if timed_out else code, signal=sig, timed_out=bool(timed_out),

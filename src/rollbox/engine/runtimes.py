@@ -41,7 +41,8 @@ class Runtime:
     exec_env: dict[str, str] = field(default_factory=dict)
     """Environment every command gets under this runtime."""
     joins_netns: bool = True
-    """Whether containers can join a prepared network namespace (how an egress allowlist reaches them)."""
+    """Whether containers' sockets are the kernel's, in a network namespace: then a container can join a prepared
+    namespace (how an egress allowlist reaches it), and the host can open its ports from inside its namespace."""
     isolates_commands: bool = True
     """Whether the agent can run isolated commands (user namespaces and overlay mounts inside the sandbox)."""
 

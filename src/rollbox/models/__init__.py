@@ -5,10 +5,11 @@ not drift apart. Requests forbid unknown fields (a misspelt one is an error, not
 ignore fields they do not know, so an older SDK keeps working against a newer router. Limits that
 a request must respect (the fork cap) live on its model. Import them from here: `sandboxes` holds
 the sandboxes' shapes, `processes` those of background processes and shell sessions, and `images`
-those of registry images.
+those of registry images, and `ports` those of ports into a sandbox.
 """
 
 from rollbox.models.images import ImageInfo, ImagesRequest, PullEvent, RegistryInfo, RegistryLogin
+from rollbox.models.ports import TRAFFIC_TOKEN_HEADER, TrafficToken
 from rollbox.models.processes import (
     MAX_PROCESS_TAG,
     ProcessControl,
@@ -62,6 +63,7 @@ __all__ = [
     "MAX_FORK",
     "MAX_PATH",
     "MAX_PROCESS_TAG",
+    "TRAFFIC_TOKEN_HEADER",
     "ApplyEvent",
     "ApplyRequest",
     "ApplyStatus",
@@ -102,6 +104,7 @@ __all__ = [
     "SnapshotInfo",
     "SnapshotRequest",
     "TemplateInfo",
+    "TrafficToken",
     "VolumeInfo",
     "VolumeRequest",
     "VolumeUse",

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from rollbox.spec import ModelGateway, VolumeMount, volume_name
+from rollbox.spec import ModelGateway, Network, VolumeMount, volume_name
 from rollbox.units import Bytes, Cores, number_or_unit, parse_seconds
 
 MAX_FORK = 64
@@ -63,6 +63,12 @@ class ClaimRequest(Request):
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     """Runs the sandbox in deterministic mode from this seed (docs/determinism.md): warm from a template with
     `spec.deterministic`, cold from another."""
+    network: Network | None = None
+    """Its own network, within its template's (which it may narrow, never widen): fewer destinations, or `none`."""
+    on_timeout: Literal["delete", "pause", "pause_files"] | None = None
+    """What `shutdown_after` does when it runs out: delete the sandbox (None too), or pause it (`pause_files`:
+    keeping its files alone, so it starts afresh over them when resumed). A paused sandbox waits, without an end,
+    for a resume or traffic to its ports."""
 
 
 class ExecRequest(Request):
@@ -141,6 +147,8 @@ class SandboxInfo(BaseModel):
     template_digest: str | None = None
     """What the sandbox started from: its template's layers, settings and deterministic machine (a trajectory
     records it with the seed)."""
+    network: Network | None = None
+    """Its own network where its claim (or `set_network`) narrowed its template's; None: the template's."""
 
 
 class ExecResult(BaseModel):
@@ -168,6 +176,12 @@ class FileInfo(BaseModel):
     mtime: float
     target: str | None = None
     """Where a symlink points (as written, never resolved)."""
+    owner: str | None = None
+    """The owning user's name in the sandbox's /etc/passwd (its number where it has none there)."""
+    group: str | None = None
+    """The owning group's name in the sandbox's /etc/group (its number where it has none there)."""
+    metadata: dict[str, str] | None = None
+    """The file's user extended attributes (`user.<key>`), by key; None when it has none."""
 
 
 class ArchiveResult(BaseModel):

@@ -36,11 +36,23 @@ from rollbox.models import (
     VolumeRequest,
     WarmPoolInfo,
 )
-from rollbox.spec import Resource
+from rollbox.spec import Network, Resource
 
 OutputCallback = Callable[[str], None]
 FileOp = Literal["read", "write", "remove", "list", "stat", "mkdir", "download_tar", "upload_tar"]
 """The operations of `rollbox.engine.files.ContainerFiles`, by name, so they can cross a transport."""
+
+
+class PortStream(Protocol):
+    """The bytes of one connection to a port inside a sandbox (`Node.open_port`)."""
+
+    async def read(self) -> bytes:
+        """What the sandbox's server sent next (a chunk of any size); b"" once it has finished sending."""
+    async def write(self, data: bytes) -> None: ...
+    async def write_eof(self) -> None:
+        """Tells the server nothing more is coming (it may still answer)."""
+    async def close(self) -> None:
+        """Ends the connection; the sandbox counts as in use until then."""
 
 
 class Node(Protocol):
@@ -69,7 +81,8 @@ class Node(Protocol):
         """Runs one file operation; see `ContainerFiles` for each one's options and answer."""
     async def reset(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
     async def fork(self, tenant: str, sandbox_id: str, count: int) -> list[SandboxInfo]: ...
-    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
+    async def pause(self, tenant: str, sandbox_id: str, memory: bool = True) -> SandboxInfo:
+        """Pauses the sandbox; without `memory` it keeps its files alone and starts afresh over them when resumed."""
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
     async def stats(self, tenant: str, sandbox_id: str) -> SandboxStats:
         """What the sandbox uses now: memory (and its peak), CPU seconds, processes, disk."""
@@ -77,6 +90,11 @@ class Node(Protocol):
         """Deletes the sandbox `seconds` from now instead of when its claim said."""
     async def model_calls(self, tenant: str, sandbox_id: str, offset: int = 0) -> ModelCallLog:
         """The calls its agent made through its model gateway, from `offset` on (docs/gateway.md)."""
+    async def set_network(self, tenant: str, sandbox_id: str, network: Network) -> SandboxInfo:
+        """Sets the sandbox's egress to `network`, within its template's (narrowing it, never widening it)."""
+    async def open_port(self, tenant: str, sandbox_id: str, port: int) -> PortStream:
+        """A connection to `port` on the sandbox's loopback (docs/ports.md), resuming a paused sandbox first.
+        PortClosed when nothing listens there."""
 
     # -- processes (docs/processes.md) ------------------------------------------------------
     async def start_process(self, tenant: str, sandbox_id: str, request: ProcessRequest) -> ProcessInfo:

@@ -51,7 +51,12 @@ class Claim:
     """A deterministic sandbox's seed (docs/determinism.md)."""
     template_digest: str | None = None
     paused: str | None = None
-    """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does)."""
+    """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does); traffic to its
+    ports wakes it either way."""
+    on_timeout: str = "delete"
+    """`ClaimRequest.on_timeout`: what its end does."""
+    network: dict[str, Any] | None = None
+    """Its own network (a `Network` as JSON), narrower than its template's; None: the template's."""
     last_used: float = 0.0
     """Monotonic time of the last call; not stored, a restarted node starts the idle clock anew."""
     busy: int = 0
@@ -65,7 +70,7 @@ class Claim:
                            expires_at=self.expires_at, idle_pause_after=self.idle_pause_after,
                            snapshot=self.snapshot, parent=self.parent, labels=self.labels,
                            volumes=self.volumes, memory=self.memory, seed=self.seed,  # type: ignore[arg-type]
-                           template_digest=self.template_digest)
+                           template_digest=self.template_digest, network=self.network)
 
     def to_json(self) -> str:
         """The stored record, written with pydantic-core (faster than json.dumps; json reads it back)."""

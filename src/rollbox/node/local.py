@@ -1,17 +1,14 @@
 """`LocalNode`: this machine's templates, warm pools and claims, over an in-process engine.
 
-A tenant's sandbox is a claim on one of the engine's containers; `reset` points the claim at a fresh
-container and deletes the old one in the background, so the sandbox id never changes. Blocking engine
-calls run in worker threads; the hot paths stay on the event loop: `exec` (the engine's agent client
-is async) and a warm claim (popping a pool and one SQLite write).
-
-The node composes its parts: `Capacity` (room and quotas), `Resources` (templates, warm pools, starts),
-`Deletions` (containers going in the background), `HeldClaims` (the claims, each call's use of one, and
-dropping one), `ClaimWriter` (claims' commits), a `Sweeper` thread (expiry, idle pause, reconciling with the
-engine) and `recover` (what a restart finds); the process and snapshot calls are mixins of their own
-(`ProcessOperations`, `SnapshotOperations`).
+A tenant's sandbox is a claim on one of the engine's containers; `reset` points the claim at a fresh container and
+deletes the old one in the background, so the sandbox id never changes. Blocking engine calls run in worker threads;
+the hot paths stay on the event loop: `exec` (the engine's agent client is async) and a warm claim (popping a pool
+and one SQLite write). The node composes its parts: `Capacity` (room and quotas), `Resources` (templates, warm
+pools, starts), `Deletions` (containers going in the background), `HeldClaims` (the claims, each call's use of one,
+and dropping one), `ClaimWriter` (claims' commits), a `Sweeper` thread (expiry, idle pause, reconciling with the
+engine) and `recover` (what a restart finds); processes, snapshots, images, ports, networks and
+files are mixins of their own.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -46,14 +43,17 @@ from rollbox.models import (
     WarmPoolInfo,
 )
 from rollbox.node import determinism
-from rollbox.node.base import FileOp, OutputCallback
+from rollbox.node.base import OutputCallback
 from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim, as_sandbox, environment
 from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
+from rollbox.node.files import FileOperations
 from rollbox.node.gateway import Gateway
 from rollbox.node.held import HeldClaims
 from rollbox.node.images import ImageOperations, NodeImages
+from rollbox.node.network import NetworkOperations
+from rollbox.node.ports import PortOperations
 from rollbox.node.processes import ProcessOperations
 from rollbox.node.recovery import recover
 from rollbox.node.resources import Resources
@@ -64,10 +64,9 @@ from rollbox.node.volumes import NodeVolumes, read_only
 from rollbox.node.writer import ClaimWriter
 from rollbox.spec import Limits, Resource
 
-FILE_OPS = frozenset(FileOp.__args__)  # type: ignore[attr-defined]
 
-
-class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
+class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations, PortOperations, NetworkOperations,
+                FileOperations):
     """The `Node` of this machine. Thread-safe; one per engine.
 
     `max_sandboxes` caps every container on the node (claimed, warm, starting, being deleted);
@@ -159,15 +158,15 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
                                                   template or self.engine.info(container_id).template)
                 if gateway is not None:
                     env = {**env, **await self.gateway.open(sandbox_id, container_id, gateway)}
-                now = time.time()
+                now, network = time.time(), await self._claim_network(container_id, request.network)
                 claim = Claim(
                     sandbox_id=sandbox_id, tenant=tenant, container_id=container_id, created_at=now,
                     template=template or self.engine.info(container_id).template, warmpool=request.warmpool,
                     snapshot=request.snapshot, shutdown_after=request.shutdown_after,
                     expires_at=now + request.shutdown_after if request.shutdown_after else None,
                     idle_pause_after=request.idle_pause_after, env=env, labels=request.labels or {},
-                    last_used=time.monotonic(), volumes=volumes,
-                    memory=snapshot is not None and self.engine.carries_memory(container_id),
+                    last_used=time.monotonic(), volumes=volumes, on_timeout=request.on_timeout or "delete",
+                    memory=snapshot is not None and self.engine.carries_memory(container_id), network=network,
                     limits=limits.model_dump() if limits else None,
                 )
                 await determinism.start_async(self.engine, claim, request.seed)
@@ -234,17 +233,6 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
                 cwd=request.cwd, user=request.user, stdin=request.stdin, output_limit=request.output_limit,
                 isolated=request.isolated, on_stdout=on_stdout, on_stderr=on_stderr)
 
-    async def files(self, tenant: str, sandbox_id: str, op: FileOp, path: str, **options: Any) -> Any:
-        if op not in FILE_OPS:
-            raise InvalidRequest(f"{op!r} is not a file operation: use one of {', '.join(sorted(FILE_OPS))}")
-        claim = self.held.get(tenant, sandbox_id)
-
-        def run() -> Any:
-            with self.held.using(claim):
-                return getattr(self.engine.files(claim.container_id), op)(path, **options)
-
-        return await to_thread.run_sync(run)
-
     async def reset(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await to_thread.run_sync(self._reset, self.held.get(tenant, sandbox_id))
 
@@ -265,6 +253,8 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
                 self.store.put_claims([claim])
                 self.gateway.move(claim.sandbox_id, claim.container_id)
                 return claim.info()
+            if claim.network:
+                self._narrow(container_id, claim.network)
             self.costs.switch(claim.sandbox_id, container_id)
             old, claim.container_id, claim.paused = claim.container_id, container_id, None
             determinism.start(self.engine, claim, claim.seed)  # the seed's start again
@@ -301,18 +291,20 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
                 idle_pause_after=parent.idle_pause_after, env=dict(parent.env), labels=dict(parent.labels),
                 parent=parent.sandbox_id, last_used=idle_clock, volumes=read_only(parent.volumes),
                 memory=self.engine.carries_memory(container.id), seed=container.info.seed,
-                template_digest=parent.template_digest,
+                template_digest=parent.template_digest, network=parent.network,
             ) for container in containers]
             for child in children:
                 self.node_volumes.hold(child.tenant, child.sandbox_id, child.volumes)
+                if child.network:
+                    self._narrow(child.container_id, child.network)
             self.store.put_claims([parent, *children])
             self.held.add(children)
             for child in children:
                 self.costs.open(child.sandbox_id, child.container_id)
         return [child.info() for child in children]
 
-    async def pause(self, tenant: str, sandbox_id: str) -> SandboxInfo:
-        return await to_thread.run_sync(self._set_paused, self.held.get(tenant, sandbox_id), "user")
+    async def pause(self, tenant: str, sandbox_id: str, memory: bool = True) -> SandboxInfo:
+        return await to_thread.run_sync(self._set_paused, self.held.get(tenant, sandbox_id), "user", memory)
 
     async def resume(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await to_thread.run_sync(self._set_paused, self.held.get(tenant, sandbox_id), None)
@@ -333,10 +325,10 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations):
             return await to_thread.run_sync(lambda: self.engine.stats(claim.container_id).model_copy(
                 update={"cost": self.costs.cost(claim.sandbox_id)}))
 
-    def _set_paused(self, claim: Claim, paused: str | None) -> SandboxInfo:
+    def _set_paused(self, claim: Claim, paused: str | None, memory: bool = True) -> SandboxInfo:
         with self.held.holding(claim), as_sandbox(claim):
             if paused:
-                self.engine.pause(claim.container_id)
+                self.engine.pause(claim.container_id, memory)
             else:
                 self.engine.resume(claim.container_id)
             claim.paused = paused

@@ -10,13 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from anyio import to_thread
-from pydantic import ValidationError
 
-from rollbox.errors import InvalidRequest, SnapshotNotFound
+from rollbox.errors import SnapshotNotFound
 from rollbox.models import SnapshotInfo
 from rollbox.node.claims import Claim
-from rollbox.node.store import NodeStore, snapshot_key
-from rollbox.spec import Metadata
+from rollbox.node.store import NodeStore, check_snapshot_name, snapshot_key
 
 if TYPE_CHECKING:
     from rollbox.engine import Engine
@@ -31,11 +29,7 @@ class SnapshotOperations:
     held: HeldClaims
 
     async def snapshot(self, tenant: str, sandbox_id: str, name: str) -> SnapshotInfo:
-        try:
-            Metadata(name=name)
-        except ValidationError:
-            raise InvalidRequest(f"snapshot name {name!r}: use lowercase letters, digits, '-' or '.', "
-                                 "at most 63 characters") from None
+        check_snapshot_name(name)
         return await to_thread.run_sync(self._snapshot, self.held.get(tenant, sandbox_id), name)
 
     def _snapshot(self, claim: Claim, name: str) -> SnapshotInfo:

@@ -7,10 +7,12 @@ container and every pool its ready ones, and deletes whatever neither holds.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from rollbox.engine.database import Database
+from rollbox.errors import InvalidRequest
 from rollbox.node.claims import Claim
 
 SCHEMA = """
@@ -143,6 +145,16 @@ class NodeStore(Database):
             else:
                 db.execute("DELETE FROM image_tenants WHERE digest=? AND tenant=?", (digest, tenant))
             return int(db.execute("SELECT COUNT(*) FROM image_tenants WHERE digest=?", (digest,)).fetchone()[0])
+
+
+SNAPSHOT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?$")
+
+
+def check_snapshot_name(name: str) -> None:
+    """A snapshot's name: what a template's may be, and `_` too (E2B's snapshot names have it)."""
+    if not SNAPSHOT_NAME.match(name):
+        raise InvalidRequest(f"snapshot name {name!r}: use lowercase letters, digits, '-', '_' or '.', at most 63 "
+                             "characters, starting and ending with a letter or digit")
 
 
 def snapshot_key(tenant: str, name: str) -> str:

@@ -10,7 +10,7 @@ import time
 from rollbox.engine import Engine
 from rollbox.errors import SandboxNotFound
 from rollbox.node.capacity import Capacity
-from rollbox.node.claims import Claim
+from rollbox.node.claims import Claim, as_sandbox
 from rollbox.node.held import HeldClaims
 from rollbox.node.resources import Resources
 from rollbox.node.store import NodeStore
@@ -50,7 +50,9 @@ class Sweeper:
             self.resources.shrink()
             for claim in list(self.held.claims.values()):
                 try:
-                    if claim.expires_at is not None and claim.expires_at <= now:
+                    if claim.expires_at is not None and claim.expires_at <= now and claim.on_timeout != "delete":
+                        self._timeout_pause(claim)
+                    elif claim.expires_at is not None and claim.expires_at <= now:
                         self.held.end(claim)
                     elif (claim.idle_pause_after and not claim.paused and not claim.busy
                           and clock - claim.last_used >= claim.idle_pause_after):
@@ -82,6 +84,17 @@ class Sweeper:
         except SandboxNotFound:
             return True
         return False
+
+    def _timeout_pause(self, claim: Claim) -> None:
+        """Pauses a claim whose end says so (`on_timeout`), as its user would: it has no end from then on."""
+        with self.held.holding(claim), as_sandbox(claim):
+            if claim.expires_at is None or claim.expires_at > time.time():
+                return  # its end moved meanwhile
+            if claim.paused == "idle":
+                self.engine.resume(claim.container_id)
+            self.engine.pause(claim.container_id, memory=claim.on_timeout == "pause")
+            claim.paused, claim.expires_at = "user", None
+            self.store.put_claims([claim])
 
     def _idle_pause(self, claim: Claim) -> None:
         if not claim.lock.acquire(blocking=False):

@@ -12,11 +12,12 @@ from starlette.types import ASGIApp
 from rollbox._version import __version__
 from rollbox.errors import RollboxError
 from rollbox.node import Node
-from rollbox.server import agent_sandbox, e2b, images, openapi, processes, resources, sandboxes
-from rollbox.server.auth import ClusterSecret, Tenants
+from rollbox.server import agent_sandbox, e2b, images, openapi, ports, processes, resources, sandboxes
+from rollbox.server.auth import ClusterSecret, SandboxTokens, Tenants
 from rollbox.server.dashboard import routes as dashboard
 from rollbox.server.limits import BodyLimit
 from rollbox.server.metrics import Metrics
+from rollbox.server.ports import DEFAULT_DOMAINS, TRAFFIC, Ports
 from rollbox.server.responses import error_response, json_response
 from rollbox.server.routing import Routes
 from rollbox.server.volumes import add_routes as add_volume_routes
@@ -38,11 +39,14 @@ as the routes do (a router's forwarding)."""
 
 def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iterable[str] = (),
                max_body: int = DEFAULT_MAX_BODY, cluster_secret: str | None = None,
-               front: Front | None = None, metrics: Metrics | None = None) -> ASGIApp:
+               front: Front | None = None, metrics: Metrics | None = None,
+               sandbox_domains: tuple[str, ...] = DEFAULT_DOMAINS, in_cluster: bool = False) -> ASGIApp:
     """The HTTP API of docs/api.md over `node`; `tokens` maps tenants to bearer tokens (None: open), and
     `admins` names the tenants that may change templates and warm pools. With `cluster_secret` it is a node
     agent's API instead: only routers holding the secret may call, each call acting for a tenant it names.
-    `front` wraps the routes, inside the body limit. `metrics`: the caller's, to count what it serves besides."""
+    `front` wraps the routes, inside the body limit. `metrics`: the caller's, to count what it serves besides.
+    `sandbox_domains`: where `{port}-{sandbox_id}.<domain>` addresses a sandbox's port (docs/ports.md); `in_cluster`
+    serves agent-sandbox's pod addresses without a token (server/agent_sandbox/pods.py)."""
     metrics = Metrics() if metrics is None else metrics
     routes = Routes(ClusterSecret(cluster_secret) if cluster_secret is not None else Tenants(tokens, admins))
     sandboxes.add_routes(routes, node, metrics)
@@ -51,6 +55,9 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     images.add_routes(routes, node)
     add_volume_routes(routes, node)
     dashboard.add_routes(routes, node, metrics.activity)
+    traffic = SandboxTokens(tokens, TRAFFIC)
+    if cluster_secret is None:  # a node agent's router holds the tokens
+        ports.add_routes(routes, node, traffic)
 
     @routes.add("GET", "/healthz", auth=False)
     async def healthz() -> Response:
@@ -72,8 +79,11 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     fail = _failure(metrics)
     app: ASGIApp = routes.app(fail, _settle_collector)
     if cluster_secret is None:  # E2B's SDK, unmodified, on the router (docs/compat-e2b.md)
-        app = e2b.Facade(app, node, tokens, admins)
-        app = agent_sandbox.Facade(app, node, routes.tenants)  # its client, unmodified (docs/compat-agent-sandbox.md)
+        app = e2b.Facade(app, node, tokens, admins, sandbox_domains)
+        app = agent_sandbox.Facade(app, node, routes.tenants, in_cluster)  # its client (docs/compat-agent-sandbox.md)
+        app = Ports(app, node, routes.tenants, traffic, sandbox_domains)
+    else:
+        app = Ports(app, node, routes.tenants, None, ())
     if front is not None:
         app = front(app, metrics, routes.tenants, fail)
     return BodyLimit(app, max_body)

@@ -69,6 +69,37 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+class SandboxTokens:
+    """Tokens that open one sandbox of one tenant, for one purpose: `<tenant>:<HMAC-SHA256 of the sandbox id, keyed
+    by the SHA-256 of the tenant's token>` (the purpose, when there is one, is mixed into the message). They are
+    checked without any state, so every router replica with the same tokens accepts them and a restart keeps them
+    valid; they end with their sandbox (ids are never reused) or when the tenant's token changes. On an open server
+    they are made with a fixed key: there every caller is the one tenant anyway."""
+
+    OPEN_KEY = hashlib.sha256(b"rollbox-open-server").digest()
+
+    def __init__(self, tokens: dict[str, str] | None, purpose: str = "") -> None:
+        self.open = not tokens
+        self._purpose = f"{purpose}:" if purpose else ""
+        self._keys = {tenant: _digest(token) for tenant, token in (tokens or {}).items()}
+
+    def token(self, tenant: str, sandbox_id: str) -> str:
+        return f"{tenant}:{self._mac(tenant, sandbox_id)}"
+
+    def holder(self, token: str | None, sandbox_id: str) -> str | None:
+        """The tenant `token` opens `sandbox_id` for, or None when it opens nothing there."""
+        if self.open:
+            return OPEN_TENANT
+        tenant, _, mac = (token or "").rpartition(":")
+        if tenant not in self._keys or not hmac.compare_digest(mac, self._mac(tenant, sandbox_id)):
+            return None
+        return tenant
+
+    def _mac(self, tenant: str, sandbox_id: str) -> str:
+        key = self.OPEN_KEY if self.open else self._keys[tenant]
+        return hmac.new(key, (self._purpose + sandbox_id).encode(), hashlib.sha256).hexdigest()
+
+
 class ClusterSecret:
     """A node agent's callers: routers holding the cluster secret, each call acting for the tenant it names
     (TENANT_HEADER). The router has authenticated that tenant and checked its admin rights, so here every

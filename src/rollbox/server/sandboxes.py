@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from starlette.responses import Response
 
-from rollbox.errors import RollboxError
+from rollbox.errors import InvalidRequest, RollboxError
 from rollbox.models import (
     ArchiveResult,
     ClaimRequest,
@@ -28,8 +29,11 @@ from rollbox.server.metrics import Metrics
 from rollbox.server.responses import json_response, no_content
 from rollbox.server.routing import Query, Routes
 from rollbox.server.streams import Emit, ndjson
+from rollbox.spec import Network
 
 PATH = Query("path")
+MAX_METADATA_KEY = 250
+"""Bytes a metadata key may have: the kernel's 255 for an extended attribute's name, less its `user.`."""
 WARM_ONLY = Query("warm_only", bool, False)
 """A node agent's claims only: take a warm sandbox or answer 503 at once, for a router's edge that tries the nodes in
 turn (rollbox/cluster/edge.py)."""
@@ -90,15 +94,21 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         """Makes `count` new sandboxes with this one's files."""
         return json_response(await node.fork(tenant, sandbox_id, body.count))
 
-    @add("POST", "/v1/sandboxes/{sandbox_id}/pause", answer=SandboxInfo)
-    async def pause_sandbox(tenant: str, sandbox_id: str) -> Response:
-        """Freezes the sandbox's processes until it is resumed."""
-        return json_response(await node.pause(tenant, sandbox_id))
+    @add("POST", "/v1/sandboxes/{sandbox_id}/pause", answer=SandboxInfo, query=(Query("memory", bool, True),))
+    async def pause_sandbox(tenant: str, sandbox_id: str, memory: bool) -> Response:
+        """Freezes the sandbox's processes until it is resumed; `memory=false` keeps its files alone (it starts
+        afresh over them when resumed)."""
+        return json_response(await node.pause(tenant, sandbox_id, memory))
 
     @add("POST", "/v1/sandboxes/{sandbox_id}/resume", answer=SandboxInfo)
     async def resume_sandbox(tenant: str, sandbox_id: str) -> Response:
         """Thaws a paused sandbox."""
         return json_response(await node.resume(tenant, sandbox_id))
+
+    @add("PUT", "/v1/sandboxes/{sandbox_id}/network", body=Network, answer=SandboxInfo)
+    async def set_network(tenant: str, sandbox_id: str, body: Network) -> Response:
+        """Sets the sandbox's egress, within its template's: fewer destinations, ports or protocols, or none."""
+        return json_response(await node.set_network(tenant, sandbox_id, body))
 
     @add("PUT", "/v1/sandboxes/{sandbox_id}/shutdown_after", body=ShutdownAfterRequest, answer=SandboxInfo)
     async def set_shutdown_after(tenant: str, sandbox_id: str, body: ShutdownAfterRequest) -> Response:
@@ -139,10 +149,13 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         """Reads a file's bytes."""
         return Response(await node.files(tenant, sandbox_id, "read", path), media_type="application/octet-stream")
 
-    @add("PUT", "/v1/sandboxes/{sandbox_id}/files", body=bytes, status=204, query=(PATH, Query("mode", int, 0o644)))
-    async def write_file(tenant: str, sandbox_id: str, path: str, mode: int, body: bytes) -> Response:
-        """Writes a file (parents are created)."""
-        await node.files(tenant, sandbox_id, "write", path, data=body, mode=mode)
+    @add("PUT", "/v1/sandboxes/{sandbox_id}/files", body=bytes, status=204,
+         query=(PATH, Query("mode", int, 0o644), Query("metadata", str, "")))
+    async def write_file(tenant: str, sandbox_id: str, path: str, mode: int, metadata: str, body: bytes) -> Response:
+        """Writes a file (parents are created); `metadata`, a JSON object of strings, becomes its user extended
+        attributes."""
+        options = {"metadata": file_metadata(metadata)} if metadata else {}
+        await node.files(tenant, sandbox_id, "write", path, data=body, mode=mode, **options)
         return no_content()
 
     @add("DELETE", "/v1/sandboxes/{sandbox_id}/files", status=204, query=(PATH, Query("recursive", bool, False)))
@@ -195,6 +208,20 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         """Deletes a snapshot; sandboxes started from it keep their files."""
         await node.delete_snapshot(tenant, name)
         return no_content()
+
+
+def file_metadata(text: str) -> dict[str, str]:
+    """A write's metadata: a JSON object of strings, each key a name an extended attribute may take."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InvalidRequest("metadata: give a JSON object of strings, such as {\"author\": \"me\"}")
+    for key in value:
+        if not key or len(key.encode()) > MAX_METADATA_KEY or "\0" in key:
+            raise InvalidRequest(f"metadata key {key!r}: give 1 to {MAX_METADATA_KEY} bytes, no NUL")
+    return value
 
 
 def _exec_error(error: RollboxError) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from rollbox.node.store import NodeStore
 from rollbox.server.app import DEFAULT_MAX_BODY, create_app
 from rollbox.server.auth import Tenants
 from rollbox.server.listen import listening, run_app
+from rollbox.server.ports import DEFAULT_DOMAINS
 from rollbox.spec import Limits
 
 log = logging.getLogger("rollbox.server")
@@ -28,13 +29,15 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
           tokens: dict[str, str] | None = None, max_sandboxes: int = 64, *, socket: str | Path | None = None,
           admins: Iterable[str] = (), tenant_quota: int | None = None, max_body: int = DEFAULT_MAX_BODY,
           log_level: str = "warning", delete_on_exit: bool = False, registries: RegistrySettings | None = None,
-          image_budget: int | None = None, claim_caps: Limits | None = None) -> None:
+          image_budget: int | None = None, claim_caps: Limits | None = None,
+          sandbox_domains: tuple[str, ...] = DEFAULT_DOMAINS, in_cluster: bool = False) -> None:
     """Serves the HTTP API until interrupted (SIGINT/SIGTERM); sandboxes and claims outlive it, for the next server
     on `data_dir` to adopt, unless `delete_on_exit` (see delete_everything).
 
     `socket` serves on that unix socket instead of `host` and `port`: only its owner may connect, and it costs
     less per call than loopback TCP. `admins` names the tenants whose tokens may change templates and warm pools
-    (open: everyone). `registries`, `image_budget` and `claim_caps`: see docs/images.md."""
+    (open: everyone). `registries`, `image_budget` and `claim_caps`: see docs/images.md; `sandbox_domains` and
+    `in_cluster`: docs/ports.md and docs/compat-agent-sandbox.md."""
     if socket is None:
         refuse_open(host, tokens)
     admins = tuple(admins)
@@ -45,7 +48,8 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
         with listening(Path(socket) if socket is not None else None) as listener:
             node = LocalNode(engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota, claim_caps=claim_caps)
             try:
-                run_app(create_app(node, tokens, admins=admins, max_body=max_body), host, port, listener, log_level)
+                run_app(create_app(node, tokens, admins=admins, max_body=max_body, sandbox_domains=sandbox_domains,
+                                   in_cluster=in_cluster), host, port, listener, log_level)
             finally:
                 node.close()
                 if delete_on_exit:

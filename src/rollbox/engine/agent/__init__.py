@@ -19,7 +19,7 @@ from rollbox.errors import RuntimeUnavailable
 
 HERE = Path(__file__).parent
 AGENT_SOURCES = tuple(HERE / name for name in ("agent.c", "wire.c", "command.c", "tree.c", "run.c", "processes.c",
-                                                "background.c", "supervisor.c", "ring.c", "det.c"))
+                                                "background.c", "supervisor.c", "ring.c", "det.c", "port.c"))
 AGENT_HEADERS = (HERE / "agent.h", HERE / "det.h")
 """What the agent's sources include: a change to one builds the agent again."""
 COMPAT_SOURCE = HERE / "compat.c"

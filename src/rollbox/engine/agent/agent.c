@@ -12,6 +12,7 @@
  *                  I isolated: run in a throw-away copy of the sandbox (see isolate() in command.c)
  *                  H hold: close the socket while the host checkpoints (see hold() below)
  *                  D set / Q read a deterministic sandbox's clock, streams and file times (det.c)
+ *                  N port: open a port of the sandbox's loopback for the host (port.c; F first: pass the socket)
  *   agent -> host  p pid | o stdout | r stderr | z "exit signal timed_out out_trunc err_trunc" | P pong
  * Background processes (B, L, A), which outlive their connection, are described in processes.c.
  * Closing the connection before the command ends kills the command's process tree.
@@ -38,6 +39,11 @@ static void handle(int conn, int sigfd) {
         case 'H':
             kill(getppid(), SIGUSR1);
             send_frame(conn, 'H', "", 0);
+            free(data);
+            return;
+        case 'F': rq.pass_socket = 1; break;
+        case 'N':
+            open_port(conn, data, rq.pass_socket);
             free(data);
             return;
         case 'a': push(&rq.argv, &rq.argc, data); continue;

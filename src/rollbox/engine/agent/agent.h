@@ -10,6 +10,7 @@
  *   processes.c   background processes: their table in the main process, and the wire format
  *   background.c  starting one; supervisor.c follows it; ring.c keeps its output
  *   det.c         the deterministic mode: the virtual machine's page (det.h), /dev/urandom, D and Q frames
+ *   port.c        a port inside the sandbox, opened for the host (the N frame)
  */
 #ifndef ROLLBOX_AGENT_H
 #define ROLLBOX_AGENT_H
@@ -25,6 +26,8 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -71,6 +74,7 @@ struct request {
     int isolated;
     char *background, *tag; /* processes.c */
     int pty, rows, cols, shell;
+    int pass_socket; /* port.c */
 };
 
 struct stream {
@@ -124,6 +128,9 @@ void det_exec(struct request *rq);
 
 /* run.c */
 void run_request(int conn, struct request *rq, int sigfd);
+
+/* port.c */
+void open_port(int conn, const char *port, int pass_socket);
 
 /* -- background processes ------------------------------------------------------------------------ */
 

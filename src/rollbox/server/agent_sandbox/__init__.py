@@ -10,20 +10,30 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from rollbox.models import SandboxInfo
 from rollbox.node import Node
 from rollbox.server.agent_sandbox.claims import Claims
 from rollbox.server.agent_sandbox.dataplane import DataPlane
 from rollbox.server.agent_sandbox.kube import KubernetesApi
+from rollbox.server.agent_sandbox.pods import PodAddresses
 from rollbox.server.auth import ClusterSecret, Tenants
 
 
 class Facade:
     """Serves the Kubernetes API's paths (`/api`, `/apis/...`) and the data plane's; passes the rest to `app`."""
 
-    def __init__(self, app: ASGIApp, node: Node, tenants: Tenants | ClusterSecret) -> None:
-        claims = Claims(node)
+    def __init__(self, app: ASGIApp, node: Node, tenants: Tenants | ClusterSecret, in_cluster: bool = False) -> None:
+        """`in_cluster`: serve each sandbox's pod address without a token (pods.py says to whom that opens it)."""
+        claims = Claims(node, self._pod_address, self._forget_pod)
         self.kubernetes = KubernetesApi(claims, tenants).router
         self.app = DataPlane(app, node, claims, tenants)
+        self.pods = PodAddresses(self.app, in_cluster)
+
+    def _pod_address(self, tenant: str, info: SandboxInfo) -> str:
+        return self.pods.address(tenant, info)
+
+    def _forget_pod(self, sandbox_id: str) -> None:
+        self.pods.forget(sandbox_id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")

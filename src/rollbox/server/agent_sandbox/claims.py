@@ -15,6 +15,7 @@ import secrets
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ from rollbox.node import Node
 from rollbox.server.agent_sandbox.objects import (
     CLAIM_NAME_LABEL,
     CLAIM_NAMESPACE_LABEL,
+    DEFAULT_POD_IP,
     RESERVED_LABEL_PREFIX,
     Claim,
     namespace_of,
@@ -52,14 +54,21 @@ class AlreadyExists(Conflict):
 class Claims:
     """The tenant-scoped claims of one node (or cluster), by namespace and name."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, pod_addresses: Callable[[str, SandboxInfo], str] | None = None,
+                 forget_pod: Callable[[str], None] | None = None) -> None:
+        """`pod_addresses`: a sandbox's pod IP for its tenant (pods.py); `forget_pod` is told of deleted sandboxes."""
         self._node = node
+        self._pod_address = pod_addresses
+        self._forget_pod = forget_pod
         self._failed: OrderedDict[tuple[str, str, str], tuple[Claim, float]] = OrderedDict()
         self._creating: set[tuple[str, str, str]] = set()
         self._namespaces: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._changed = asyncio.Event()
 
     # -- reading ----------------------------------------------------------------------------------
+
+    def pod_ip(self, tenant: str, info: SandboxInfo) -> str:
+        return self._pod_address(tenant, info) if self._pod_address is not None else DEFAULT_POD_IP
 
     async def all(self, tenant: str, namespace: str | None) -> list[Claim]:
         """The tenant's claims in `namespace` (None: every namespace), oldest first."""
@@ -68,6 +77,7 @@ class Claims:
             if CLAIM_NAME_LABEL not in info.labels:
                 continue  # made through rollbox's own API: a sandbox, but no SandboxClaim
             claim = Claim.of(info)
+            claim.pod_ip = self.pod_ip(tenant, info)
             if namespace is None or claim.namespace == namespace:
                 found.setdefault((claim.namespace, claim.name), claim)  # a fork copies the labels: the oldest is it
         now = time.monotonic()
@@ -149,6 +159,8 @@ class Claims:
             except SandboxNotFound:
                 raise NotFound(f'sandboxclaims.extensions.agents.x-k8s.io "{name}" not found') from None
             self._namespaces.pop((tenant, claim.info.id), None)
+            if self._forget_pod is not None:
+                self._forget_pod(claim.info.id)
         self._touch()
         return claim
 

@@ -27,14 +27,23 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from rollbox.errors import FileNotFound, InvalidRequest, MethodNotAllowed, RollboxError
 from rollbox.models import MAX_EXEC_TIMEOUT, ExecRequest, FileInfo
 from rollbox.node import Node
+from rollbox.server import ports
 from rollbox.server.agent_sandbox.claims import Claims
 from rollbox.server.agent_sandbox.objects import DEFAULT_NAMESPACE
+from rollbox.server.agent_sandbox.pods import TENANT_KEY as POD_TENANT
 from rollbox.server.auth import TENANT_HEADER, ClusterSecret, Tenants
+from rollbox.server.ports.http import forwarded
 from rollbox.server.responses import json_response
 from rollbox.server.routing import header, json_object, read_body
 
 log = logging.getLogger("rollbox.server")
 
+RUNTIME_PORT = 8888
+"""The port agent-sandbox's client names for the sandbox runtime's API, which rollbox serves itself: traffic to
+another port, or to a path not of that API, goes to the sandbox's own server there."""
+ROUTER_HEADERS = frozenset({b"x-sandbox-id", b"x-sandbox-namespace", b"x-sandbox-port", b"x-sandbox-pod-ip",
+                            b"x-sandbox-timeout", b"authorization", TENANT_HEADER.encode()})
+"""Not passed to the sandbox's server, as agent-sandbox's router drops them."""
 TIMED_OUT_EXIT = 124
 """The exit code a command killed by its `timeout_seconds` reports (as coreutils' timeout and sandboxd do)."""
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -79,10 +88,13 @@ class DataPlane:
             "files_put": self.files_put, "files_delete": self.files_delete}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        prefix = _prefix(path)
-        if prefix is None or (prefix == "/v1/files" and not header(scope, b"x-sandbox-id")):
+        if scope["type"] not in ("http", "websocket") or not header(scope, b"x-sandbox-id"):
             await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        prefix = _prefix(path) if scope["type"] == "http" else None
+        if prefix is None or header(scope, b"x-sandbox-port") not in (None, str(RUNTIME_PORT)):
+            await self._port(scope, receive, send)
             return
         try:
             response = await self._serve(scope, receive, prefix, path)
@@ -97,11 +109,33 @@ class DataPlane:
             response = detail(500, f"the server failed: {error}; see its log")
         await response(scope, receive, send)
 
+    async def _port(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Anything else with the router's headers is traffic to the sandbox's port (`X-Sandbox-Port`, else 8888),
+        as agent-sandbox's router passes it to the pod (docs/ports.md)."""
+        try:
+            tenant = self.tenants.tenant(header(scope, b"authorization"), header(scope, TENANT_HEADER.encode()))
+            sandbox_id, namespace, _ = _routing(scope)
+            await self.claims.check_namespace(tenant, namespace, sandbox_id)
+            port = int(header(scope, b"x-sandbox-port") or RUNTIME_PORT)
+            path = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+            query = scope.get("query_string", b"").decode("latin-1")
+            target = ports.Target(sandbox_id, port, path + (f"?{query}" if query else ""), "header")
+            stream = await self.node.open_port(tenant, sandbox_id, port)
+            await ports.relay(scope, receive, send, stream, target, forwarded(scope["headers"], ROUTER_HEADERS))
+        except ClientDisconnect:
+            return
+        except RollboxError as error:
+            if scope["type"] == "websocket":
+                await ports.refuse(scope, send, error)
+            else:
+                await detail(error.status, str(error))(scope, receive, send)
+
     async def _serve(self, scope: Scope, receive: Receive, prefix: str, path: str) -> Response:
         name = _ROUTES.get((scope["method"], prefix))
         if name is None or (prefix in ("/execute", "/upload") and path != prefix):
             raise MethodNotAllowed(f"{scope['method']} {path} is not part of the sandbox runtime's API")
-        tenant = self.tenants.tenant(header(scope, b"authorization"), header(scope, TENANT_HEADER.encode()))
+        tenant = scope.get(POD_TENANT) or self.tenants.tenant(header(scope, b"authorization"),
+                                                              header(scope, TENANT_HEADER.encode()))
         target = Target(tenant, *_routing(scope), urllib.parse.unquote(path[len(prefix) + 1:]),
                         scope.get("query_string", b"").decode("latin-1"), await read_body(receive),
                         header(scope, b"content-type") or "")

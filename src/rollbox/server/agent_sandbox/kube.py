@@ -62,14 +62,14 @@ class Entry(Protocol):
 
 
 class SandboxEntry:
-    def __init__(self, info: SandboxInfo) -> None:
-        self.info, self.name, self.namespace = info, info.id, namespace_of(info)
+    def __init__(self, info: SandboxInfo, pod_ip: str) -> None:
+        self.info, self.name, self.namespace, self.pod_ip = info, info.id, namespace_of(info), pod_ip
         self.created_version = version_at(info.created_at)
         self.version = self.created_version + 1
         self.labels = sandbox_object(info)["metadata"]["labels"]
 
     def as_now(self, deleted_at: float | None = None) -> dict[str, Any]:
-        obj = sandbox_object(self.info)
+        obj = sandbox_object(self.info, self.pod_ip)
         if deleted_at is not None:
             obj["metadata"]["resourceVersion"] = str(version_at(deleted_at) + 1)
         return obj
@@ -164,7 +164,8 @@ class KubernetesApi:
         match, namespace = _matcher(request), request.path_params["namespace"]
 
         async def current() -> list[Entry]:
-            entries = [SandboxEntry(claim.info) for claim in await self.claims.all(tenant, namespace) if claim.info]
+            entries = [SandboxEntry(claim.info, claim.pod_ip) for claim in await self.claims.all(tenant, namespace)
+                       if claim.info]
             return [entry for entry in entries if match(entry)]
 
         return await self._list_or_watch(request, SANDBOX_API, "SandboxList", current)
@@ -172,7 +173,7 @@ class KubernetesApi:
     async def get_sandbox(self, request: Request, tenant: str) -> Response:
         """Reads one Sandbox: its name is the rollbox sandbox id."""
         info = await self.claims.sandbox(tenant, request.path_params["namespace"], request.path_params["name"])
-        return json_response(sandbox_object(info))
+        return json_response(sandbox_object(info, self.claims.pod_ip(tenant, info)))
 
     async def _list_or_watch(self, request: Request, api_version: str, kind: str,
                              current: Callable[[], Awaitable[list[Entry]]]) -> Response:

@@ -28,9 +28,10 @@ CLAIM_NAMESPACE_LABEL = "rollbox.dev/claim-namespace"
 RESERVED_LABEL_PREFIX = "rollbox.dev/"
 """Labels under this prefix are rollbox's own: a claim may not set them, and they are not shown."""
 DEFAULT_NAMESPACE = "default"
-POD_IPS = ["127.0.0.1"]
-"""A sandbox's only address (its network is loopback only). The client sends it back as X-Sandbox-Pod-IP, which
-the router ignores; without it the client would read the Sandbox again before every request."""
+DEFAULT_POD_IP = "127.0.0.1"
+"""A Sandbox's pod IP where it has no address of its own (server/agent_sandbox/pods.py gives one). The client sends
+it back as X-Sandbox-Pod-IP, which the router ignores; without it the client would read the Sandbox again before
+every request."""
 _UIDS = uuid.UUID("5d0c1c0e-4a8f-4d0e-9a59-6f1c8f1b7a21")
 
 
@@ -76,6 +77,7 @@ class Claim:
     failure: tuple[str, str] | None = None
     """(reason, message) of a claim that will never be ready, such as WarmPoolNotFound."""
     annotations: dict[str, str] = field(default_factory=dict)
+    pod_ip: str = DEFAULT_POD_IP
 
     @classmethod
     def of(cls, info: SandboxInfo) -> Claim:
@@ -123,7 +125,7 @@ class Claim:
             return {"conditions": [_condition(False, reason, message, self.created)]}
         assert self.info is not None
         return {"conditions": [ready_condition(self.info)],
-                "sandbox": {"name": self.info.id, "podIPs": POD_IPS}}
+                "sandbox": {"name": self.info.id, "podIPs": [self.pod_ip]}}
 
 
 def ready_condition(info: SandboxInfo) -> dict[str, Any]:
@@ -138,7 +140,7 @@ def _condition(ready: bool, reason: str, message: str, since: float) -> dict[str
             "lastTransitionTime": timestamp(since), "observedGeneration": 1}
 
 
-def sandbox_object(info: SandboxInfo) -> dict[str, Any]:
+def sandbox_object(info: SandboxInfo, pod_ip: str = DEFAULT_POD_IP) -> dict[str, Any]:
     """The Sandbox a claim is bound to; its name is the rollbox sandbox id, which the router's X-Sandbox-ID names."""
     return {
         "apiVersion": SANDBOX_API, "kind": "Sandbox",
@@ -147,7 +149,7 @@ def sandbox_object(info: SandboxInfo) -> dict[str, Any]:
                      "creationTimestamp": timestamp(info.created_at),
                      "labels": user_labels(info.labels)},
         "spec": {"replicas": 1},
-        "status": {"conditions": [ready_condition(info)], "podIPs": POD_IPS, "replicas": 1},
+        "status": {"conditions": [ready_condition(info)], "podIPs": [pod_ip], "replicas": 1},
     }
 
 

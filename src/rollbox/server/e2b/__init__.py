@@ -26,11 +26,12 @@ PATHS = frozenset({"/files", "/health"})
 class Facade:
     """Serves the SDK's paths; passes everything else to `app`."""
 
-    def __init__(self, app: ASGIApp, node: Node, tokens: dict[str, str] | None, admins: Iterable[str] = ()) -> None:
+    def __init__(self, app: ASGIApp, node: Node, tokens: dict[str, str] | None, admins: Iterable[str] = (),
+                 domains: tuple[str, ...] = ("localhost",)) -> None:
         self.app = app
         access = Access(tokens, admins)
         # the builds' routes first: DELETE /templates/tags is theirs, not a snapshot's
-        routes = templates.routes(node, access) + api.routes(node, access) + Daemon(node, access).routes()
+        routes = templates.routes(node, access) + api.routes(node, access, domains) + Daemon(node, access).routes()
         self.router = Router(routes, default=request_response(api.not_served))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

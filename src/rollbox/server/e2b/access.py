@@ -2,27 +2,26 @@
 
 The SDK sends its API key (`X-API-KEY`) only to the REST API. Calls to the in-sandbox daemon carry the
 sandbox id (`E2b-Sandbox-Id`) and the access token the REST API gave out with the sandbox
-(`X-Access-Token`), which is `<tenant>:<HMAC of the sandbox id keyed by the tenant's token>`. It is checked
-without any state, so every router replica with the same tokens accepts it and a restart keeps it valid,
-and it opens that one sandbox only.
+(`X-Access-Token`), a `SandboxTokens` token: it opens that one sandbox only. Traffic to the sandbox's ports
+carries its traffic token (`e2b-traffic-access-token`), rollbox's own (docs/ports.md).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Iterable
 
 from rollbox.errors import Unauthorized
-from rollbox.server.auth import OPEN_TENANT, Tenants
-
-OPEN_KEY = hashlib.sha256(b"rollbox-open-server").digest()
+from rollbox.server.auth import SandboxTokens, Tenants
+from rollbox.server.ports import TRAFFIC
 
 
 class Access:
     def __init__(self, tokens: dict[str, str] | None, admins: Iterable[str] = ()) -> None:
         self.tenants = Tenants(tokens, admins)
-        self._keys = {tenant: hashlib.sha256(token.encode()).digest() for tenant, token in (tokens or {}).items()}
+        self.daemon = SandboxTokens(tokens)
+        """The daemon's access tokens (made without a purpose, as since the first release: tokens given out then
+        stay valid)."""
+        self.traffic = SandboxTokens(tokens, TRAFFIC)
 
     def tenant(self, api_key: str | None) -> str:
         """The tenant of an `X-API-KEY` value."""
@@ -32,17 +31,8 @@ class Access:
 
     def token(self, tenant: str, sandbox_id: str) -> str:
         """The daemon's access token for one sandbox of `tenant`."""
-        return f"{tenant}:{self._mac(tenant, sandbox_id)}"
+        return self.daemon.token(tenant, sandbox_id)
 
     def holder(self, access_token: str | None, sandbox_id: str) -> str | None:
         """The tenant an access token opens `sandbox_id` for, or None when it opens nothing there."""
-        if self.tenants.open:
-            return OPEN_TENANT
-        tenant, _, mac = (access_token or "").rpartition(":")
-        if tenant not in self._keys or not hmac.compare_digest(mac, self._mac(tenant, sandbox_id)):
-            return None
-        return tenant
-
-    def _mac(self, tenant: str, sandbox_id: str) -> str:
-        key = OPEN_KEY if self.tenants.open else self._keys[tenant]
-        return hmac.new(key, sandbox_id.encode(), hashlib.sha256).hexdigest()
+        return self.daemon.holder(access_token, sandbox_id)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
-import posixpath
 import zlib
 from typing import Any
 
@@ -22,9 +21,13 @@ from rollbox.node import Node
 from rollbox.server.e2b.access import Access
 from rollbox.server.e2b.caller import Sandbox, SandboxGone, gone_message, http_error, rpc_error
 from rollbox.server.e2b.connect import Method, handle
-from rollbox.server.e2b.filesystem import FilesystemService
+from rollbox.server.e2b.filesystem import FilesystemService, from_attributes, to_attributes
 from rollbox.server.e2b.process import ProcessService
+from rollbox.server.e2b.signed import SignedUrls
+from rollbox.server.e2b.watch import written as was_written
 
+METADATA_HEADER = "x-metadata-"
+"""A file's metadata rides on its upload as `X-Metadata-<key>: <value>` headers."""
 MAX_UPLOAD = 256 * 2**20
 """The most bytes one upload unpacks to (a gzip body is inflated at most this far)."""
 
@@ -35,7 +38,9 @@ class Daemon:
     def __init__(self, node: Node, access: Access) -> None:
         self.node = node
         self.access = access
-        self.methods: dict[str, Method] = {**ProcessService(node).methods, **FilesystemService(node).methods}
+        self.signed = SignedUrls(node, access)
+        self.filesystem = FilesystemService(node)
+        self.methods: dict[str, Method] = {**ProcessService(node).methods, **self.filesystem.methods}
 
     def routes(self) -> list[Route]:
         return [Route("/process.Process/{name}", self.rpc, methods=["POST"]),
@@ -66,22 +71,36 @@ class Daemon:
 
     async def read_file(self, request: Request) -> Response:
         try:
-            sandbox = await self.guard(request)
+            sandbox = await self._file_caller(request, "read")
             data = await self.node.files(sandbox.tenant, sandbox.id, "read", _path(request))
         except RollboxError as error:
             return http_error(error)
         return Response(data, media_type="application/octet-stream")
 
     async def write_files(self, request: Request) -> Response:
+        """Each file of the upload, with the request's `X-Metadata-*` headers as its metadata; answers each file's
+        absolute path, as E2B's daemon does."""
         try:
-            sandbox = await self.guard(request)
+            sandbox = await self._file_caller(request, "write")
+            metadata = {key[len(METADATA_HEADER):]: value for key, value in request.headers.items()
+                        if key.startswith(METADATA_HEADER) and len(key) > len(METADATA_HEADER)}
+            options = {"metadata": to_attributes(metadata)} if metadata else {}
             written = []
             for path, data in _uploads(request.headers, request.query_params.get("path"), await request.body()):
-                await self.node.files(sandbox.tenant, sandbox.id, "write", path, data=data)
-                written.append({"name": posixpath.basename(path), "type": "file", "path": path})
+                await self.node.files(sandbox.tenant, sandbox.id, "write", path, data=data, **options)
+                info = await self.node.files(sandbox.tenant, sandbox.id, "stat", path)
+                self.filesystem.watchers.told((sandbox.tenant, sandbox.id), info.path, was_written, info)
+                written.append({"name": info.name, "type": "file", "path": info.path,
+                                **({"metadata": from_attributes(info.metadata)} if metadata else {})})
         except RollboxError as error:
             return http_error(error)
         return JSONResponse(written)
+
+    async def _file_caller(self, request: Request, operation: str) -> Sandbox:
+        """The sandbox a file transfer is for: named by its headers, or by a signed URL's signature alone."""
+        if request.headers.get("e2b-sandbox-id") or "signature" not in request.query_params:
+            return await self.guard(request)
+        return await self.signed.holder(request.query_params, operation)
 
     async def health(self, request: Request) -> Response:
         try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from rollbox.errors import NodeLost, NotFound, SandboxNotRunning, from_code
+from rollbox.errors import NodeLost, NotFound, SandboxNotFound, SandboxNotRunning, from_code
 from rollbox.models import ExecResult, ProcessControl, ProcessInfo, ProcessRequest, PtySize
 from rollbox.node import Node
 from rollbox.server.e2b.caller import Sandbox, basic_user, rpc_error
@@ -69,13 +69,25 @@ class ProcessService:
 
     async def _follow(self, sandbox: Sandbox, process_id: str, offset: int | None, *, pty: bool,
                       response: str = "process.StartResponse") -> AsyncIterator[Message]:
+        try:
+            async for message in self._events(sandbox, process_id, offset, pty, response):
+                yield message
+        except (SandboxNotFound, SandboxNotRunning, NodeLost) as error:
+            # As E2B's daemon ends a stream whose sandbox went away: "unavailable" without saying why, so the SDK
+            # asks the sandbox's health and tells its caller the sandbox was killed.
+            raise RpcError("unavailable", f"the connection to sandbox {sandbox.id} ended before the stream "
+                                          "completed") from error
+
+    async def _events(self, sandbox: Sandbox, process_id: str, offset: int | None, pty: bool, response: str
+                      ) -> AsyncIterator[Message]:
         async for event in self.node.process_events(sandbox.tenant, sandbox.id, process_id, offset):
             if event.type == "start":
                 yield _event(response, start={"pid": event.pid or 0})
             elif event.type in ("stdout", "stderr"):
                 yield _event(response, data={"pty" if pty else event.type: event.data.encode()})
             elif event.type == "error":
-                raise rpc_error(from_code(event.code or "internal", event.message or "the process was lost"))
+                error = from_code(event.code or "internal", event.message or "the process was lost")
+                raise error if isinstance(error, SandboxNotFound | SandboxNotRunning | NodeLost) else rpc_error(error)
             elif event.type == "end" and event.result is not None:
                 self._forget(sandbox, process_id)
                 if event.result.timed_out:

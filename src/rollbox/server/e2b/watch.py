@@ -1,20 +1,25 @@
-"""Directory watchers for E2B's `files.watch_dir`, by looking: a listing now against the listing at the last look.
+"""Directory watchers for E2B's `files.watch_dir`: what the files API itself does is told as E2B's daemon tells it,
+and what anything else does is found by looking.
 
 The sync SDK creates a watcher and polls it for events (`CreateWatcher`, `GetWatcherEvents`, `RemoveWatcher`);
-the async one holds a stream open (`WatchDir`), which looks every LOOK_EVERY seconds. A file made and removed
-between two looks is not seen, and a write shows as a file's size or modification time changing. Watchers live in
-the router that made them, at most MAX_WATCHERS (the oldest go first), so a router replica answers only for
-its own.
+the async one holds a stream open (`WatchDir`). A file the files API writes, a directory it makes, what it removes or
+moves is told at once, with the events inotify gives E2B's daemon for the same work (a new file: CREATE, WRITE and
+CHMOD, as its owner is set). Changes made by the sandbox's own processes are found by comparing a listing with the
+last one: the stream looks every LOOK_EVERY seconds, a polled watcher at each poll. A file made and removed between
+two looks is not seen, and a write shows as a file's size or modification time changing. Watchers live in the
+router that made them, at most MAX_WATCHERS (the oldest go first), and see the files API's calls through that
+router only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import posixpath
 import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rollbox.errors import InvalidRequest, NotFound
@@ -24,18 +29,30 @@ LOOK_EVERY = 0.25
 MAX_WATCHERS = 1000
 MAX_ENTRIES = 10_000
 """Entries one look reads at most (a recursive watch of a large tree is refused past it)."""
-CREATE, WRITE, REMOVE = 1, 2, 3
+CREATE, WRITE, REMOVE, RENAME, CHMOD = 1, 2, 3, 4, 5
 Listing = dict[str, FileInfo]
 List = Callable[[str], Coroutine[Any, Any, list[FileInfo]]]
+Event = tuple[str, int, FileInfo | None]
+Owner = tuple[str, str]
 
 
 @dataclass
 class Watcher:
-    owner: tuple[str, str]
+    owner: Owner
     """The tenant and sandbox it watches for."""
     path: str
     recursive: bool
     seen: Listing
+    pending: list[Event] = field(default_factory=list)
+    """Events the files API's own calls made, not yet told."""
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def name(self, path: str) -> str | None:
+        """`path` relative to the watched directory, if the watch covers it."""
+        if not path.startswith(self.path.rstrip("/") + "/"):
+            return None
+        name = posixpath.relpath(path, self.path)
+        return name if self.recursive or "/" not in name else None
 
 
 async def look(list_dir: List, path: str, recursive: bool) -> Listing:
@@ -53,9 +70,9 @@ async def look(list_dir: List, path: str, recursive: bool) -> Listing:
     return found
 
 
-def changes(before: Listing, after: Listing) -> list[tuple[str, int, FileInfo | None]]:
+def changes(before: Listing, after: Listing) -> list[Event]:
     """(name, event type, entry) for what appeared, changed and went between two looks."""
-    found: list[tuple[str, int, FileInfo | None]] = []
+    found: list[Event] = []
     for name, info in after.items():
         old = before.get(name)
         if old is None:
@@ -70,39 +87,77 @@ class Watchers:
     def __init__(self) -> None:
         self._watchers: OrderedDict[str, Watcher] = OrderedDict()
 
-    async def create(self, owner: tuple[str, str], list_dir: List, path: str, recursive: bool) -> str:
-        seen = await look(list_dir, path, recursive)
+    async def create(self, owner: Owner, list_dir: List, path: str, recursive: bool) -> str:
         watcher_id = secrets.token_hex(8)
-        self._watchers[watcher_id] = Watcher(owner, path, recursive, seen)
+        self._watchers[watcher_id] = Watcher(owner, path, recursive, await look(list_dir, path, recursive))
         while len(self._watchers) > MAX_WATCHERS:
             self._watchers.popitem(last=False)
         return watcher_id
 
-    async def events(self, owner: tuple[str, str], list_dir: List, watcher_id: str
-                     ) -> list[tuple[str, int, FileInfo | None]]:
+    async def events(self, owner: Owner, list_dir: List, watcher_id: str) -> list[Event]:
         watcher = self._get(owner, watcher_id)
-        now = await look(list_dir, watcher.path, watcher.recursive)
-        found, watcher.seen = changes(watcher.seen, now), now
-        return found
+        return await self._take(watcher, list_dir)
 
-    def remove(self, owner: tuple[str, str], watcher_id: str) -> None:
+    def remove(self, owner: Owner, watcher_id: str) -> None:
         self._get(owner, watcher_id)
         del self._watchers[watcher_id]
 
-    def _get(self, owner: tuple[str, str], watcher_id: str) -> Watcher:
+    async def follow(self, owner: Owner, list_dir: List, path: str, recursive: bool) -> AsyncIterator[list[Event]]:
+        """What changes under `path`, for as long as it is followed (the first yield, [], says it started)."""
+        watcher_id = await self.create(owner, list_dir, path, recursive)
+        watcher = self._watchers[watcher_id]
+        try:
+            yield []
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(watcher.wake.wait(), LOOK_EVERY)
+                watcher.wake.clear()
+                found = await self._take(watcher, list_dir)
+                if found:
+                    yield found
+        finally:
+            self._watchers.pop(watcher_id, None)
+
+    def told(self, owner: Owner, path: str, kinds: Callable[[bool], list[int]], info: FileInfo | None) -> None:
+        """The files API changed `path` (`info`: what is there now, None once removed): each watcher covering it
+        gets `kinds(it was there before)` as events."""
+        for watcher in list(self._watchers.values()):
+            name = watcher.name(path) if watcher.owner == owner else None
+            if name is None:
+                continue
+            existed = name in watcher.seen
+            watcher.pending.extend((name, kind, info) for kind in kinds(existed))
+            if info is None:
+                watcher.seen.pop(name, None)
+            else:
+                watcher.seen[name] = info
+            watcher.wake.set()
+
+    async def _take(self, watcher: Watcher, list_dir: List) -> list[Event]:
+        now = await look(list_dir, watcher.path, watcher.recursive)
+        found, watcher.pending = watcher.pending + changes(watcher.seen, now), []
+        watcher.seen = now
+        return found
+
+    def _get(self, owner: Owner, watcher_id: str) -> Watcher:
         watcher = self._watchers.get(watcher_id)
         if watcher is None or watcher.owner != owner:
             raise NotFound(f"watcher {watcher_id!r} does not exist (removed, or made by another router)")
         return watcher
 
 
-async def follow(list_dir: List, path: str, recursive: bool) -> AsyncIterator[list[tuple[str, int, FileInfo | None]]]:
-    """What changes under `path`, look after look, for as long as it is followed (the first look yields [])."""
-    seen = await look(list_dir, path, recursive)
-    yield []
-    while True:
-        await asyncio.sleep(LOOK_EVERY)
-        now = await look(list_dir, path, recursive)
-        found, seen = changes(seen, now), now
-        if found:
-            yield found
+def written(existed: bool) -> list[int]:
+    """What inotify tells of a file written whole: created (or truncated), written, and its owner set."""
+    return [WRITE, CHMOD] if existed else [CREATE, WRITE, CHMOD]
+
+
+def made(existed: bool) -> list[int]:
+    return [] if existed else [CREATE]
+
+
+def removed(existed: bool) -> list[int]:
+    return [REMOVE] if existed else []
+
+
+def moved_away(existed: bool) -> list[int]:
+    return [RENAME] if existed else []
