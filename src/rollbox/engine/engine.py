@@ -35,7 +35,6 @@ from rollbox.engine.layers import LayerStore
 from rollbox.engine.lifecycle import Lifecycle
 from rollbox.engine.live import Live
 from rollbox.engine.network import Networks
-from rollbox.engine.ports import Ports
 from rollbox.engine.processes import ContainerProcesses
 from rollbox.engine.runtimes import Runtime
 from rollbox.engine.store import ContainerRecord, Image, Store
@@ -86,7 +85,6 @@ class Engine:
         self._layering = Layering(self._lifecycle, self.cgroups, self.delete)
         self._live = Live(self._lifecycle, self.delete)
         self._collection = Collection(self.store, self.layers, self.checkpoints)
-        self._ports = Ports()
         if recover:
             self.recover()
 
@@ -337,10 +335,8 @@ class Engine:
         self.networks.narrow(self._record(container_id).id, policy)
 
     async def open_port(self, container_id: str, port: int) -> socket.socket:
-        """A connected socket to `port` on the loopback of a running container (resume a paused one first)."""
-        record = self._record(container_id)
-        return await self._ports.open(self.runtime(record.runtime), record.oci_id, self.launcher.agent_client(record),
-                                      port)
+        """See `Launcher.open_port`."""
+        return await self.launcher.open_port(self._record(container_id), port)
 
     def stats(self, container_id: str) -> SandboxStats:
         return self.launcher.stats(self._started(container_id))
@@ -394,7 +390,7 @@ class Engine:
         when none is left, the engine's run directory and cgroup parents go too, so that a stopped server
         leaves nothing on the machine outside its data directory."""
         self._lifecycle.reaper.stop()
-        self._ports.close()
+        self.launcher.ports.close()
         self.store.close()
         self.images.close()
         if not self._records:

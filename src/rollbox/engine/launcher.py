@@ -27,6 +27,7 @@ from rollbox.engine.hostbase import host_binds
 from rollbox.engine.layers import SKELETON, LayerStore, remove_tree
 from rollbox.engine.network import Networks
 from rollbox.engine.oci import AGENT_PATH, AGENT_SOCKET_DIR, COMPAT_PATH, Bind, ContainerConfig, container_spec
+from rollbox.engine.ports import Ports
 from rollbox.engine.runtimes import AGENT_FD, Runtime, make_runtime
 from rollbox.engine.store import ContainerRecord
 from rollbox.errors import Conflict, InvalidRequest, RuntimeUnavailable, SandboxNotRunning
@@ -59,6 +60,7 @@ class Launcher:
         self.agent = agent
         self.compat = compat
         self.determinism = determinism_library(data_dir / "bin")
+        self.ports = Ports()
         self._runtimes: dict[str, Runtime] = {}
         self._lock = threading.Lock()
 
@@ -206,6 +208,10 @@ class Launcher:
             return self.runtime(record.runtime).init_pidfd(record.oci_id)
         except ProcessLookupError:
             raise SandboxNotRunning("has stopped: reset it or start a new one", container_id=record.id) from None
+
+    async def open_port(self, record: ContainerRecord, port: int) -> socket.socket:
+        """A connected socket to `port` on the loopback of a running container (resume a paused one first)."""
+        return await self.ports.open(self.runtime(record.runtime), record.oci_id, self.agent_client(record), port)
 
     def listen(self, record: ContainerRecord, host: str, port: int) -> socket.socket:
         """A socket of this process listening on (host, port) inside the container's network (`netns.py`)."""
