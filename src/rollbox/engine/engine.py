@@ -390,7 +390,7 @@ class Engine:
         when none is left, the engine's run directory and cgroup parents go too, so that a stopped server
         leaves nothing on the machine outside its data directory."""
         self._lifecycle.reaper.stop()
-        self.launcher.ports.close()
+        self.launcher.namespaces.close()
         self.store.close()
         self.images.close()
         if not self._records:

@@ -18,13 +18,14 @@ import threading
 import time
 from pathlib import Path
 
-from rollbox.engine import determinism, mounts, netns, volumes
+from rollbox.engine import determinism, mounts, volumes
 from rollbox.engine.agent import determinism_library
 from rollbox.engine.agent_client import AgentClient
 from rollbox.engine.cgroups import Cgroups
 from rollbox.engine.files import ContainerFiles
 from rollbox.engine.hostbase import host_binds
 from rollbox.engine.layers import SKELETON, LayerStore, remove_tree
+from rollbox.engine.netns import Namespaces
 from rollbox.engine.network import Networks
 from rollbox.engine.oci import AGENT_PATH, AGENT_SOCKET_DIR, COMPAT_PATH, Bind, ContainerConfig, container_spec
 from rollbox.engine.ports import Ports
@@ -60,7 +61,8 @@ class Launcher:
         self.agent = agent
         self.compat = compat
         self.determinism = determinism_library(data_dir / "bin")
-        self.ports = Ports()
+        self.namespaces = Namespaces()
+        self.ports = Ports(self.namespaces)
         self._runtimes: dict[str, Runtime] = {}
         self._lock = threading.Lock()
 
@@ -223,7 +225,7 @@ class Launcher:
             raise RuntimeUnavailable(f"runtime {record.runtime} does not say which process is container "
                                      f"{record.id}'s init")
         try:
-            return netns.listen_in(pidfd, host, port)
+            return self.namespaces.listen(pidfd, host, port)
         finally:
             os.close(pidfd)
 
