@@ -29,8 +29,8 @@ from tests.support.registry import (
     Registry,
     busybox_layer,
     make_layer,
+    module_registry,
     raw_layer,
-    running_registry,
 )
 
 PASSWORD = "attack-" + secrets.token_hex(12)
@@ -39,10 +39,7 @@ CANARY = Path("/tmp/rollbox-image-canary")
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    if not BUSYBOX.is_file():
-        pytest.skip("needs busybox-static (scripts/setup.sh installs it)")
-    with running_registry(tmp_path_factory.mktemp("registry"), {"mallory": PASSWORD}) as running:
-        yield running
+    yield from module_registry(tmp_path_factory, {"mallory": PASSWORD})
 
 
 @pytest.fixture(scope="module")

@@ -12,17 +12,14 @@ import pytest
 from rollbox import errors
 from rollbox.client import SandboxClient
 from tests.support.cluster import TOKENS, Cluster, node_of, running_cluster
-from tests.support.registry import BUSYBOX, ImageMaker, Registry, busybox_layer, make_layer, running_registry
+from tests.support.registry import ImageMaker, Registry, busybox_layer, make_layer, module_registry
 
 PASSWORD = "cluster-registry-password"
 
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    if not BUSYBOX.is_file():
-        pytest.skip("needs busybox-static (scripts/setup.sh installs it)")
-    with running_registry(tmp_path_factory.mktemp("registry"), {"alice": PASSWORD}) as running:
-        yield running
+    yield from module_registry(tmp_path_factory, {"alice": PASSWORD})
 
 
 @pytest.fixture(scope="module")

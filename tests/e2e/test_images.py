@@ -14,22 +14,17 @@ import pytest
 
 from rollbox import errors
 from rollbox.client import SandboxClient
-from rollbox.engine import Engine
 from rollbox.engine.images.registry import RegistrySettings
 from rollbox.models import PullEvent
-from rollbox.node import LocalNode
-from rollbox.server import create_app
-from rollbox.server.threaded import ThreadServer
-from tests.support.engines import RUN_ROOT, teardown_engine
 from tests.support.registry import (
-    BUSYBOX,
     CuttingProxy,
     ImageMaker,
     Registry,
     busybox_layer,
     make_layer,
-    running_registry,
+    module_registry,
 )
+from tests.support.servers import router
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
 PASSWORD = "s3cret-registry-password"
@@ -37,10 +32,7 @@ PASSWORD = "s3cret-registry-password"
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    if not BUSYBOX.is_file():
-        pytest.skip("needs busybox-static (scripts/setup.sh installs it)")
-    with running_registry(tmp_path_factory.mktemp("registry"), {"alice": PASSWORD}) as running:
-        yield running
+    yield from module_registry(tmp_path_factory, {"alice": PASSWORD})
 
 
 @pytest.fixture(scope="module")
@@ -66,16 +58,9 @@ def images(registry: Registry, counting: CuttingProxy, tmp_path_factory: pytest.
 
 @pytest.fixture(scope="module")
 def url(counting: CuttingProxy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("images-router")
-    engine = Engine(root / "data", run_dir=RUN_ROOT / f"test-e2e-img-{root.name[-6:]}",
-                    registries=RegistrySettings(insecure=frozenset({counting.host})))
-    node = LocalNode(engine, max_sandboxes=32)
-    try:
-        with ThreadServer(create_app(node, TOKENS, admins=("alice",))) as server:
-            yield server.url
-    finally:
-        node.close()
-        teardown_engine(engine)
+    with router(tmp_path_factory.mktemp("images-router"), TOKENS, ("alice",),
+                RegistrySettings(insecure=frozenset({counting.host}))) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -26,14 +25,13 @@ from rollbox.errors import ImageNotFound, ImageRefused
 from rollbox.spec import SandboxTemplate
 from tests.support.engines import RUN_ROOT, teardown_engine
 from tests.support.registry import (
-    BUSYBOX,
     CuttingProxy,
     ImageMaker,
     Registry,
     busybox_layer,
     index_of,
     make_layer,
-    running_registry,
+    module_registry,
 )
 from tests.support.swe_images import available, disk_bytes, distinct_blobs, swe_family, unpacked_alone
 from tests.support.token_auth import TokenServer
@@ -43,10 +41,7 @@ USERS = {"alice": "wonderland"}
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    if not BUSYBOX.is_file() or shutil.which("docker-registry") is None:
-        pytest.skip("needs busybox-static and docker-registry (scripts/setup.sh installs them)")
-    with running_registry(tmp_path_factory.mktemp("registry"), USERS) as running:
-        yield running
+    yield from module_registry(tmp_path_factory, USERS)
 
 
 @pytest.fixture(scope="module")

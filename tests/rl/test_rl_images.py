@@ -11,18 +11,14 @@ from pathlib import Path
 import pytest
 
 from rollbox.client import AsyncSandboxClient
-from rollbox.engine import Engine
 from rollbox.engine.images.registry import RegistrySettings
-from rollbox.node import LocalNode
 from rollbox.rl.prefetch import Prefetch
 from rollbox.rl.prepare import apply_solution
 from rollbox.rl.swebench import instance_image, load_swebench
 from rollbox.rl.verify import verify
-from rollbox.server import create_app
-from rollbox.server.threaded import ThreadServer
 from tests.rl.test_rl_swebench import make_row
-from tests.support.engines import RUN_ROOT, teardown_engine
-from tests.support.registry import BUSYBOX, ImageMaker, Registry, running_registry
+from tests.support.registry import ImageMaker, Registry, module_registry
+from tests.support.servers import router
 from tests.support.swe_images import available, base_layers, repository_layer
 
 PATTERN = "{host}/swebench/sweb.eval.x86_64.{{docker_id}}:latest"
@@ -30,10 +26,9 @@ PATTERN = "{host}/swebench/sweb.eval.x86_64.{{docker_id}}:latest"
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    if not (BUSYBOX.is_file() and available()):
-        pytest.skip("needs busybox-static, Debian's python3.11 and git")
-    with running_registry(tmp_path_factory.mktemp("registry")) as running:
-        yield running
+    if not available():
+        pytest.skip("needs Debian's python3.11 and git")
+    yield from module_registry(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +49,9 @@ def row(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 @pytest.fixture(scope="module")
 def url(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("rl-images")
-    engine = Engine(root / "data", run_dir=RUN_ROOT / f"test-rlimg-{root.name[-6:]}",
-                    registries=RegistrySettings(insecure=frozenset({registry.host})))
-    node = LocalNode(engine, max_sandboxes=16)
-    try:
-        with ThreadServer(create_app(node)) as server:
-            yield server.url
-    finally:
-        node.close()
-        teardown_engine(engine)
+    settings = RegistrySettings(insecure=frozenset({registry.host}))
+    with router(tmp_path_factory.mktemp("rl-images"), registries=settings) as url:
+        yield url
 
 
 def test_image_pattern_names_each_rows_instance_image() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rollbox.engine import Container, Engine
 from rollbox.engine.engine import RUN_ROOT
+from rollbox.engine.images.registry import RegistrySettings
 
 BASIC = {"metadata": {"name": "basic"},
          "spec": {"steps": [{"run": "mkdir -p /opt/data && echo baseline > /opt/data/file"}]}}
@@ -20,8 +21,8 @@ def template_for(runtime: str) -> str:
     return "basic" if runtime == "runc" else f"basic-{runtime}"
 
 
-def make_engine(root: Path) -> Engine:
-    return Engine(root / "data", run_dir=RUN_ROOT / f"test-{secrets.token_hex(4)}")
+def make_engine(root: Path, registries: RegistrySettings | None = None) -> Engine:
+    return Engine(root / "data", run_dir=RUN_ROOT / f"test-{secrets.token_hex(4)}", registries=registries)
 
 
 def run_dirs() -> set[str]:

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tarfile
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 
 BUSYBOX = Path("/bin/busybox")
 APPLETS = ("sh", "ls", "cat", "echo", "id", "pwd", "env", "test", "stat", "mkdir", "rm", "sleep", "true", "wc",
@@ -218,6 +220,14 @@ def running_registry(root: Path, users: Mapping[str, str] | None = None) -> Iter
         yield registry
     finally:
         registry.stop()
+
+
+def module_registry(factory: pytest.TempPathFactory, users: Mapping[str, str] | None = None) -> Iterator[Registry]:
+    """A tier's registry fixture body: skips where the tools are missing, yields a running registry."""
+    if not BUSYBOX.is_file() or shutil.which("docker-registry") is None:
+        pytest.skip("needs busybox-static and docker-registry (scripts/setup.sh installs them)")
+    with running_registry(factory.mktemp("registry"), users) as registry:
+        yield registry
 
 
 def _bcrypt_line(user: str, password: str) -> str:

@@ -12,6 +12,7 @@ import httpx
 
 from rollbox.client import SandboxClient
 from rollbox.engine import Engine
+from rollbox.engine.images.registry import RegistrySettings
 from rollbox.node import LocalNode
 from rollbox.rl.tasks import Task, load_tasks
 from rollbox.server import create_app
@@ -24,9 +25,10 @@ RL_TEMPLATE = EXAMPLES / "templates" / "rl-python.yaml"
 
 
 @contextlib.contextmanager
-def router(root: Path, tokens: dict[str, str] | None = None, admins: tuple[str, ...] = ()) -> Iterator[str]:
-    """The HTTP API on a unix socket over a node and engine of its own."""
-    engine = make_engine(root)
+def router(root: Path, tokens: dict[str, str] | None = None, admins: tuple[str, ...] = (),
+           registries: RegistrySettings | None = None) -> Iterator[str]:
+    """The HTTP API on a unix socket over a node and engine of its own (reaching registries as `registries` say)."""
+    engine = make_engine(root, registries)
     node = LocalNode(engine, max_sandboxes=32)
     try:
         with ThreadServer(create_app(node, tokens, admins=admins)) as server:
