@@ -20,9 +20,9 @@ from kubernetes import config
 
 from rollbox.client import SandboxClient as RollboxClient
 from rollbox.engine import Engine
-from tests.compat.test_agent_sandbox_yaml import DEMO
 from tests.support.cluster import ROLLBOX, Process, wait_for
 from tests.support.engines import teardown_engine
+from tests.support.kuberay_demo import DEMO
 from tests.support.registry import ImageMaker, Layer, busybox_layer, make_layer, running_registry
 from tests.support.servers import TEMPLATE
 
