@@ -7,6 +7,7 @@ this one place.
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,9 @@ from rollbox.models import (
     FileInfo,
     ForkRequest,
     Health,
+    LeaseInfo,
+    LeaseRef,
+    LeaseRequest,
     SandboxInfo,
     SandboxStats,
     ShutdownAfterRequest,
@@ -67,6 +71,7 @@ _EXEC = _json(TypeAdapter(ExecResult))
 _FILE = _json(TypeAdapter(FileInfo))
 _FILES = _json(TypeAdapter(list[FileInfo]))
 _ARCHIVE = _json(TypeAdapter(ArchiveResult))
+_LEASE = _json(TypeAdapter(LeaseInfo))
 
 
 _BINARY = {"content-type": "application/octet-stream"}
@@ -175,16 +180,33 @@ def _sandbox(sandbox_id: str, tail: str = "") -> str:
     return f"/v1/sandboxes/{_name(sandbox_id)}{tail}"
 
 
-def create_sandbox(options: ClaimOptions) -> Call[SandboxInfo]:
-    return claim(_body(ClaimRequest, **options))
+def create_sandbox(options: ClaimOptions, lease: LeaseRef | None = None) -> Call[SandboxInfo]:
+    """A claim with a request key of its own, so that it can be sent again (unless the caller gives one, or None),
+    made under `lease` (the client's open lease) unless it names one, or None."""
+    fields: dict[str, Any] = {"request_key": secrets.token_hex(16), **options}
+    if lease is not None:
+        fields.setdefault("lease", lease)
+    return claim(_body(ClaimRequest, **fields))
 
 
 def claim(request: ClaimRequest) -> Call[SandboxInfo]:
-    return _post("/v1/sandboxes", _SANDBOX, request)
+    """Sent again after a connection error or a 503 when it has a request key, marked as sent again (`retry`). The
+    fields set, and only those, are sent: `shutdown_after: null` asks for no default."""
+    return Call("POST", "/v1/sandboxes", _SANDBOX, body=request.model_dump_json(exclude_unset=True), headers=JSON,
+                idempotent=request.request_key is not None, retried={"retry": "true"})
 
 
-def list_sandboxes() -> Call[list[SandboxInfo]]:
-    return _get("/v1/sandboxes", _SANDBOXES)
+def list_sandboxes(request_key: str | None = None) -> Call[list[SandboxInfo]]:
+    return _get("/v1/sandboxes", _SANDBOXES, None if request_key is None else {"request_key": request_key})
+
+
+def renew_lease(lease_id: str, ttl: float) -> Call[LeaseInfo]:
+    return Call("PUT", f"/v1/leases/{_name(lease_id)}", _LEASE, body=_dump(LeaseRequest(ttl=ttl)), headers=JSON,
+                idempotent=True)
+
+
+def close_lease(lease_id: str) -> Call[None]:
+    return _delete(f"/v1/leases/{_name(lease_id)}")
 
 
 def get_sandbox(sandbox_id: str) -> Call[SandboxInfo]:

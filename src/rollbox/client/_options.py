@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
-from rollbox.models import ApplyEvent
+from rollbox.models import ApplyEvent, LeaseRef
 from rollbox.spec import VolumeMount
 
 OutputCallback = Callable[[str], None]
@@ -37,6 +37,12 @@ class ClaimOptions(TypedDict, total=False):
     labels: dict[str, str] | None
     volumes: list[VolumeMount | dict[str, Any]] | None
     """Named volumes to mount: `{"name", "mount_path", "read_only"?, "size"?}` each (docs/volumes.md)."""
+    request_key: str | None
+    """The claim's key (the SDK makes one): sent again with it after a connection error or a 503, it answers the
+    sandbox the first attempt made. None: no key, and the claim is not sent again (docs/faults.md)."""
+    lease: LeaseRef | dict[str, Any] | None
+    """The lease to claim under (`lease.ref`); by default the one the client has open (`client.lease(...)`), if
+    any. None: no lease."""
 
 
 class ExecOptions(TypedDict, total=False):

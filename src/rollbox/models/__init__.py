@@ -21,6 +21,7 @@ from rollbox.models.processes import (
     Signal,
 )
 from rollbox.models.sandboxes import (
+    KEY,
     MAX_EXEC_TIMEOUT,
     MAX_FORK,
     MAX_PATH,
@@ -39,6 +40,9 @@ from rollbox.models.sandboxes import (
     FileInfo,
     ForkRequest,
     Health,
+    LeaseInfo,
+    LeaseRef,
+    LeaseRequest,
     PositiveSeconds,
     Request,
     SandboxInfo,
@@ -55,6 +59,7 @@ from rollbox.models.sandboxes import (
 )
 
 __all__ = [
+    "KEY",
     "MAX_EXEC_TIMEOUT",
     "MAX_FORK",
     "MAX_PATH",
@@ -76,6 +81,9 @@ __all__ = [
     "Health",
     "ImageInfo",
     "ImagesRequest",
+    "LeaseInfo",
+    "LeaseRef",
+    "LeaseRequest",
     "PositiveSeconds",
     "ProcessControl",
     "ProcessEvent",

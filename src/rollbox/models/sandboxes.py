@@ -15,6 +15,8 @@ MAX_EXEC_TIMEOUT = 365 * 86400.0
 """The longest a command's timeout may be: past any run, within the agent's milliseconds and a socket's timeout."""
 MAX_PATH = 4096
 """Characters a working directory has at most: the kernel's PATH_MAX."""
+KEY = r"^[A-Za-z0-9._~:-]{1,128}$"
+"""A request key or a lease id: chosen by the caller, safe in a path and in nginx's configuration."""
 
 PositiveSeconds = Annotated[float, BeforeValidator(parse_seconds), Field(gt=0)]
 SandboxState = Literal["running", "paused", "stopped"]
@@ -28,6 +30,20 @@ class Request(BaseModel):
 
 
 # -- requests -------------------------------------------------------------------------------------
+
+class LeaseRef(Request):
+    """The lease a claim is made under (docs/faults.md): the caller's id for it, and the seconds it lasts unless
+    renewed."""
+
+    id: str = Field(pattern=KEY)
+    ttl: PositiveSeconds
+
+
+class LeaseRequest(Request):
+    """`PUT /v1/leases/{id}`: opens or renews a lease for `ttl` seconds from now."""
+
+    ttl: PositiveSeconds
+
 
 class ClaimLimits(Request):
     """What a claim asks of cpu, memory, processes and disk; what it leaves out is its template's (docs/images.md)."""
@@ -56,6 +72,14 @@ class ClaimRequest(Request):
     labels: dict[str, str] | None = None
     volumes: list[VolumeMount] | None = None
     """Named volumes to mount (docs/volumes.md), besides the template's; a claim with volumes starts cold."""
+    request_key: str | None = Field(None, pattern=KEY)
+    """The caller's key for this claim: the same key from the same tenant, sent again within ten minutes, answers
+    the same sandbox instead of a new one, so a claim whose answer was lost can be sent again (the SDK makes one
+    per `create_sandbox`; docs/faults.md)."""
+    lease: LeaseRef | None = None
+    """The lease it is made under: the sandbox ends when the lease is closed or not renewed in time. A claim with
+    neither a lease nor `shutdown_after` gets the node's default `shutdown_after`; `shutdown_after: null`, sent as
+    such, asks for none."""
 
 
 class ExecRequest(Request):
@@ -115,6 +139,8 @@ class SandboxInfo(BaseModel):
     memory: bool = False
     """A fork's child or a claim from a snapshot: whether it started with the processes and memory of its
     parent or snapshot (gVisor), or with their files alone."""
+    lease: str | None = None
+    """The id of the lease it was claimed under (it ends with the lease)."""
 
 
 class ExecResult(BaseModel):
@@ -193,6 +219,17 @@ class TemplateInfo(BaseModel):
     name: str
     spec: dict[str, Any]
     built_at: float
+
+
+class LeaseInfo(BaseModel):
+    """A lease as the nodes holding it see it."""
+
+    id: str
+    ttl: float
+    expires_at: float | None
+    """When it ends unless renewed; None once closed."""
+    sandboxes: int
+    """Sandboxes claimed under it that still run (on the nodes that answered)."""
 
 
 class WarmPoolInfo(BaseModel):
@@ -284,6 +321,9 @@ class ErrorDetail(BaseModel):
     code: str
     """A `rollbox.errors` class's `code`."""
     message: str
+    retry: bool | None = None
+    """Whether the same call, sent again soon, may succeed; left out when the status says it (a 503: yes). False
+    from a node known to be down."""
 
 
 class ErrorBody(BaseModel):
@@ -292,5 +332,9 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
     @classmethod
-    def of(cls, code: str, message: str) -> ErrorBody:
-        return cls(error=ErrorDetail(code=code, message=message))
+    def of(cls, code: str, message: str, retry: bool | None = None) -> ErrorBody:
+        return cls(error=ErrorDetail(code=code, message=message, retry=retry))
+
+    def dumped(self) -> bytes:
+        """As sent: `retry` only when it says something."""
+        return self.model_dump_json(exclude_none=True).encode()

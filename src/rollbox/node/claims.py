@@ -46,6 +46,11 @@ class Claim:
     """The named volumes it mounts (`VolumeMount`s as JSON), held for it whatever container serves it."""
     memory: bool = False
     """Whether it started with the processes and memory of its fork parent or snapshot (gVisor)."""
+    request_key: str | None = None
+    """The caller's key for the claim that made it (node/keys.py)."""
+    lease: str | None = None
+    """The id of the lease it was claimed under (node/leases.py), and that lease's ttl then."""
+    lease_ttl: float | None = None
     paused: str | None = None
     """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does)."""
     last_used: float = 0.0
@@ -60,7 +65,7 @@ class Claim:
                            state="paused" if self.paused else "running", created_at=self.created_at,
                            expires_at=self.expires_at, idle_pause_after=self.idle_pause_after,
                            snapshot=self.snapshot, parent=self.parent, labels=self.labels,
-                           volumes=self.volumes, memory=self.memory)  # type: ignore[arg-type]
+                           volumes=self.volumes, memory=self.memory, lease=self.lease)  # type: ignore[arg-type]
 
     def to_json(self) -> str:
         """The stored record, written with pydantic-core (faster than json.dumps; json reads it back)."""

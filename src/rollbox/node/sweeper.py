@@ -1,5 +1,5 @@
-"""The node's housekeeping thread: it ends claims past `shutdown_after`, pauses idle sandboxes, shrinks warm
-pools once their bursts have passed, and every RECONCILE_EVERY seconds forgets what the engine lost."""
+"""The node's housekeeping thread: it ends claims past `shutdown_after` or whose lease ended, pauses idle sandboxes,
+shrinks warm pools once their bursts have passed, and every RECONCILE_EVERY seconds forgets what the engine lost."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rollbox.errors import SandboxNotFound
 from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim
 from rollbox.node.held import HeldClaims
+from rollbox.node.leases import Leases
 from rollbox.node.resources import Resources
 from rollbox.node.store import NodeStore
 
@@ -24,8 +25,9 @@ class Sweeper:
     """Sweeps the node every `tick` seconds, in a thread of its own, until the node closes."""
 
     def __init__(self, engine: Engine, store: NodeStore, capacity: Capacity, resources: Resources, held: HeldClaims,
-                 closed: threading.Event, tick: float) -> None:
+                 leases: Leases, closed: threading.Event, tick: float) -> None:
         self.engine = engine
+        self.leases = leases
         self.store = store
         self.capacity = capacity
         self.resources = resources
@@ -48,9 +50,11 @@ class Sweeper:
                 except Exception:
                     log.exception("reconciling with the engine failed")
             self.resources.shrink()
+            ended = self.leases.ended(now)
             for claim in list(self.held.claims.values()):
                 try:
-                    if claim.expires_at is not None and claim.expires_at <= now:
+                    if ((claim.expires_at is not None and claim.expires_at <= now)
+                            or (claim.lease is not None and (claim.tenant, claim.lease) in ended)):
                         self.held.end(claim)
                     elif (claim.idle_pause_after and not claim.paused and not claim.busy
                           and clock - claim.last_used >= claim.idle_pause_after):

@@ -12,7 +12,7 @@ from starlette.types import ASGIApp
 from rollbox._version import __version__
 from rollbox.errors import RollboxError
 from rollbox.node import Node
-from rollbox.server import agent_sandbox, e2b, images, openapi, processes, resources, sandboxes
+from rollbox.server import agent_sandbox, e2b, images, leases, openapi, processes, resources, sandboxes
 from rollbox.server.auth import ClusterSecret, Tenants
 from rollbox.server.dashboard import routes as dashboard
 from rollbox.server.limits import BodyLimit
@@ -50,6 +50,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     resources.add_routes(routes, node)
     images.add_routes(routes, node)
     add_volume_routes(routes, node)
+    leases.add_routes(routes, node)
     dashboard.add_routes(routes, node, metrics.activity)
 
     @routes.add("GET", "/healthz", auth=False)
