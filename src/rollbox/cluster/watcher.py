@@ -17,8 +17,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
+import httpx
 from anyio import to_thread
 
+from rollbox._logs import throttled
 from rollbox.cluster.placement import pool_shares
 from rollbox.cluster.pools import ClusterPool, read_pools
 from rollbox.cluster.remote import RemoteNode, no_progress
@@ -236,6 +238,8 @@ class Watcher:
                         log.warning("node %s: building template %s", node.name, name)
                         await target.apply(resource, no_progress)
             self._synced.add(key)
+        except (httpx.TransportError, NodeUnavailable) as error:  # it went again meanwhile
+            throttled(log, logging.WARNING, "node %s: copying templates failed (%s); trying again", node.name, error)
         except Exception:
             log.exception("node %s: copying templates failed; trying again", node.name)
         finally:
@@ -265,7 +269,7 @@ class Watcher:
                    if node.url is not None and not pool.kept_by(node, shares[name][node.name])]
         for failure in await asyncio.gather(*applies, return_exceptions=True):
             if isinstance(failure, Exception):
-                log.warning("placing a warm pool's share failed: %s; trying again", failure)
+                throttled(log, logging.WARNING, "placing a warm pool's share failed: %s; trying again", failure)
 
     def _autoscale(self, pools: dict[str, ClusterPool]) -> None:
         """Holds a request for as many nodes as the pools' replicas need (none when they need none). With
