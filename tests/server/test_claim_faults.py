@@ -20,7 +20,7 @@ from rollbox import errors
 from rollbox.client import SandboxClient
 from rollbox.client import _calls as calls
 from rollbox.engine import Engine
-from rollbox.node import LocalNode
+from rollbox.node import LocalNode, recovery
 from rollbox.server import create_app
 from rollbox.server.threaded import ThreadServer
 from rollbox.spec import SandboxTemplate
@@ -140,17 +140,26 @@ def test_a_claim_without_a_lease_gets_the_default_shutdown_after_unless_it_asks(
             assert client.create_sandbox(template="basic").info.expires_at is None  # the lease bounds it
 
 
-def test_a_restarted_node_keeps_its_keys_and_leases(engine: Engine) -> None:
+def test_a_restarted_node_keeps_its_keys_and_leases_and_ends_what_may_never_have_been_answered(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node killed between recording a claim and answering it cannot tell whether the answer left: the claims of
+    its last moments end unless a call names them soon after it restarts (CONFIRM_WINDOW, shortened here)."""
+    monkeypatch.setattr(recovery, "CONFIRM_WINDOW", 1.0)
     try:
         with serving(engine) as (_, url), http(url) as alice:
             made = alice.post("/v1/sandboxes", json={"template": "basic", "request_key": "kept",
-                                                     "lease": {"id": "trainer", "ttl": 2}}).json()
+                                                     "lease": {"id": "trainer", "ttl": 3}}).json()
+            named, unnamed = (alice.post("/v1/sandboxes", json={"template": "basic"}).json() for _ in range(2))
         with serving(engine) as (node, url), http(url) as alice:
             again = alice.post("/v1/sandboxes?retry=true", json={"template": "basic", "request_key": "kept",
-                                                                "lease": {"id": "trainer", "ttl": 2}})
+                                                                "lease": {"id": "trainer", "ttl": 3}})
             assert again.json()["id"] == made["id"]
+            assert alice.get(f"/v1/sandboxes/{named['id']}").status_code == 200
+            wait_for(lambda: unnamed["id"] not in node.held.claims, "the unconfirmed claim ended", 5)
+            assert named["id"] in node.held.claims and made["id"] in node.held.claims
             assert alice.put("/v1/leases/trainer", json={"ttl": 1}).json()["sandboxes"] == 1
             wait_for(lambda: made["id"] not in node.held.claims, "the lease, not renewed, ended", 5)
+            assert named["id"] in node.held.claims
     finally:
         engine.destroy_all()
         for path in engine.data_dir.glob("node.db*"):

@@ -30,7 +30,7 @@ from rollbox.client._call import (
     _none,
     _post,
 )
-from rollbox.client._http import Answer
+from rollbox.client._http import CLAIM_RETRY_DELAYS, Answer
 from rollbox.client._options import ClaimOptions, Command, OutputCallback, ProgressCallback, Source
 from rollbox.models import (
     ApplyEvent,
@@ -193,7 +193,7 @@ def claim(request: ClaimRequest) -> Call[SandboxInfo]:
     """Sent again after a connection error or a 503 when it has a request key, marked as sent again (`retry`). The
     fields set, and only those, are sent: `shutdown_after: null` asks for no default."""
     return Call("POST", "/v1/sandboxes", _SANDBOX, body=request.model_dump_json(exclude_unset=True), headers=JSON,
-                idempotent=request.request_key is not None, retried={"retry": "true"})
+                idempotent=request.request_key is not None, retried={"retry": "true"}, delays=CLAIM_RETRY_DELAYS)
 
 
 def list_sandboxes(request_key: str | None = None) -> Call[list[SandboxInfo]]:

@@ -23,6 +23,9 @@ URL_CACHE = 4096
 RETRY_DELAYS = (0.1, 0.4, 1.6)
 """Seconds to wait before each retry of an idempotent call that hit a connection error or a 503 (but not one that
 says sending it again will not help: `worth_again`)."""
+CLAIM_RETRY_DELAYS = (0.1, 0.4, 1.6, 3.2, 6.4)
+"""The same for a claim with a request key: it waits out a router's restart (seconds), since a claim given up on may
+have made a sandbox that nobody holds until its lease or `shutdown_after` ends it."""
 
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 """Methods whose requests say their body's length even when it is empty."""

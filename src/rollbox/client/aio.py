@@ -14,7 +14,7 @@ from rollbox import errors, tracing
 from rollbox.client import _calls as calls
 from rollbox.client._call import Call, StreamCall
 from rollbox.client._exchange import Exchange
-from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed, worth_again
+from rollbox.client._http import DEFAULT_TIMEOUT, Settings, connection_failed, worth_again
 from rollbox.client._images import Images, Registries
 from rollbox.client._leases import DEFAULT_TTL, AsyncLease
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
@@ -153,7 +153,7 @@ class AsyncSandboxClient:
         try:
             if isinstance(call, StreamCall):
                 return await exchange.streamed(call)
-            for delay in RETRY_DELAYS if call.idempotent else ():
+            for delay in call.delays if call.idempotent else ():
                 try:
                     response = await exchange.whole(call)
                 except httpx.TransportError:

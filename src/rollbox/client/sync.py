@@ -15,7 +15,6 @@ from rollbox.client import _calls as calls
 from rollbox.client._call import Call, StreamCall
 from rollbox.client._http import (
     DEFAULT_TIMEOUT,
-    RETRY_DELAYS,
     Answer,
     Settings,
     answer_of,
@@ -150,7 +149,7 @@ class SandboxClient:
     def _deliver(self, call: Call[T] | StreamCall[T]) -> T:
         if isinstance(call, StreamCall):
             return self._stream(call)
-        for delay in RETRY_DELAYS if call.idempotent else ():
+        for delay in call.delays if call.idempotent else ():
             try:
                 response = self._request(call)
             except httpx.TransportError:

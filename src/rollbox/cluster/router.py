@@ -151,9 +151,12 @@ class ClusterNode(ImageOperations):
         up. The claim is found by the caller's retry with its request key, or ends with its lease or its
         `shutdown_after`."""
 
-    async def claims(self, tenant: str) -> list[SandboxInfo]:
-        return [info for infos in await self._on_each(lambda node: node.claims(tenant),
-                                                                         self._answering()) for info in infos]
+    async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
+        if request_key is not None:
+            made = await self._claims.made(tenant, request_key)
+            return [] if made is None else [made]
+        return [info for infos in await self._on_each(lambda node: node.claims(tenant), self._answering())
+                for info in infos]
 
     async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await self._at(sandbox_id, lambda node: node.get(tenant, sandbox_id))

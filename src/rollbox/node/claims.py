@@ -20,7 +20,7 @@ import pydantic_core
 from rollbox.errors import SandboxNotFound, SandboxNotRunning
 from rollbox.models import SandboxInfo
 
-_TRANSIENT = {"last_used", "busy", "lock"}
+_TRANSIENT = {"last_used", "busy", "lock", "unconfirmed"}
 
 
 @dataclass
@@ -57,6 +57,9 @@ class Claim:
     """Monotonic time of the last call; not stored, a restarted node starts the idle clock anew."""
     busy: int = 0
     """Calls in flight: an idle claim is one with none."""
+    unconfirmed: float = 0.0
+    """For a claim a restarted node found that was made just before it stopped (its answer may never have left): the
+    monotonic time it ends unless a call names it first (node/recovery.py). 0: confirmed."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     """Serialises what swaps or restarts the container (reset, fork, snapshot, pause, delete)."""
 

@@ -57,6 +57,7 @@ class ClaimKeys:
         claim = self._held(made[0])
         if claim is None or claim.tenant != tenant:
             return None
+        claim.unconfirmed = 0.0
         self._handed.add(claim.sandbox_id)
         return claim.info()
 
