@@ -35,6 +35,8 @@ class ClaimKeys:
         """Each key's sandbox id and when it was made (monotonic), oldest first."""
         self._handed: set[str] = set()
         """Sandboxes handed to a caller besides the one whose claim made them."""
+        self._wanted: set[Key] = set()
+        """Keys whose claim under way another caller waits for."""
 
     def adopt(self, claims: list[Claim]) -> None:
         """The keys of claims a restarted node found, counted from now."""
@@ -47,10 +49,9 @@ class ClaimKeys:
         """The sandbox the key's claim made (waiting for one under way), or None; whoever gets it holds it now."""
         making = self._making.get((tenant, key))
         if making is not None:
+            self._wanted.add((tenant, key))  # handed as it is made, before its own caller may abandon it
             with contextlib.suppress(Exception):  # that claim failed: this one is made anew
-                info = await asyncio.shield(making)
-                self._handed.add(info.id)
-                return info
+                return await asyncio.shield(making)
         made = self._made.get((tenant, key))
         if made is None or time.monotonic() - made[1] > KEY_WINDOW:
             return None
@@ -68,6 +69,8 @@ class ClaimKeys:
         self._making[(tenant, key)] = future
 
         def made(info: SandboxInfo) -> None:
+            if (tenant, key) in self._wanted:
+                self._handed.add(info.id)
             now = time.monotonic()
             self._made[(tenant, key)] = (info.id, now)
             self._made.move_to_end((tenant, key))
@@ -84,6 +87,7 @@ class ClaimKeys:
             raise
         finally:
             self._making.pop((tenant, key), None)
+            self._wanted.discard((tenant, key))
 
     def abandoned(self, sandbox_id: str) -> bool:
         """Whether a sandbox whose claim's caller hung up should end: not if another caller was handed it."""
