@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -27,6 +26,7 @@ from rollbox.models import (
 )
 from rollbox.node import Node
 from rollbox.server.auth import ClusterSecret
+from rollbox.server.hangups import hung_up
 from rollbox.server.metrics import Metrics
 from rollbox.server.responses import json_response, no_content
 from rollbox.server.routing import Query, Routes
@@ -42,8 +42,6 @@ RETRY = Query("retry", bool, False)
 """A claim sent again with its `request_key` after its answer was lost: an earlier attempt may have made it (a
 cluster's router asks every node for the key first; docs/faults.md)."""
 REQUEST_KEY = Query("request_key", str, None)
-SLOW_CLAIM = 0.05
-"""Seconds after which a claim's caller may have given up on it (`_hung_up`)."""
 
 EXIT_CODE_HEADER = "x-rollbox-exit-code"
 """A command's exit code, also in the header of its answer: for the router's edge, which logs the commands it
@@ -63,7 +61,7 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         `request_key` sent again answers the same sandbox."""
         started = time.perf_counter()
         info = await node.claim(tenant, body, warm_only=warm_only, retry=retry)
-        if await _hung_up(request, started):  # nobody is left to hold it
+        if await hung_up(request):  # nobody is left to hold it
             await node.abandon(tenant, info.id)
             throttled(log, logging.INFO, "a claim's caller hung up before its answer (sandbox %s)", info.id)
         metrics.record_claim(time.perf_counter() - started)
@@ -207,15 +205,6 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
         """Deletes a snapshot; sandboxes started from it keep their files."""
         await node.delete_snapshot(tenant, name)
         return no_content()
-
-
-async def _hung_up(request: Request, started: float) -> bool:
-    """Whether a claim's caller hung up before its answer. One slow enough for its caller to have given up on it
-    (nginx waits WARM_WAIT for a warm claim) lets the event loop read what came on the connection first: the caller's
-    hang-up may have arrived while the claim kept the loop busy."""
-    if time.perf_counter() - started > SLOW_CLAIM:
-        await asyncio.sleep(0)
-    return await request.is_disconnected()
 
 
 def _exec_error(error: RollboxError) -> dict[str, Any]:
