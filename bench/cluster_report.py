@@ -122,8 +122,8 @@ def table(figures: Figures) -> Table:
         report.add_column(column, justify="right")
     report.add_column("notes")
     for name, value in figures.items():
-        if not isinstance(value, dict) or name in ("machine", "simulated_handoffs"):
-            continue
+        if not isinstance(value, dict) or name in ("machine", "simulated_handoffs") or name.startswith("faults_"):
+            continue  # the faults phase says its figures in lines of its own (cluster_faults.verdicts)
         if name.startswith("simulated_at_"):
             for part in ("claim", "delete"):
                 row(report, f"{describe(name)}: {part}s", value[part],
