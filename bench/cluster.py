@@ -31,7 +31,7 @@ from rich.console import Console
 import cluster_faults
 import cluster_real
 import cluster_simulated
-from cluster_report import missed, table, verdicts
+from cluster_report import machine_line, missed, table, verdicts
 from common import Figures, load, machine, progress_bars
 from rollbox._signals import exit_on_sigterm
 
@@ -85,14 +85,18 @@ def main() -> None:
                                                 progress, ray))
         figures.update(cluster_faults.measure(faults, progress))
     figures["machine"]["load_after"] = load()
-    figures["mode"] = "quick" if args.quick else "full"
+    figures["mode"] = "faults only" if args.faults_only else "quick" if args.quick else "full"
     figures["ray"] = ray
     figures["elapsed_s"] = round(time.perf_counter() - start, 1)
     figures["simulated_elapsed_s"] = round(simulated_s, 1)
     figures["missed"] = missed(figures) + cluster_faults.missed(figures)
     console = Console(width=200)
-    console.print(table(figures))
-    for line in (*verdicts(figures), *cluster_faults.verdicts(figures), *NOTES, *([RAY_NOTE] if ray else [])):
+    notes = [] if args.faults_only else [*NOTES, *([RAY_NOTE] if ray else [])]
+    if args.faults_only:
+        console.print(f"{figures['mode']}: {machine_line(figures['machine'])}", highlight=False, markup=False)
+    else:
+        console.print(table(figures))
+    for line in (*verdicts(figures), *cluster_faults.verdicts(figures), *notes):
         console.print(line, highlight=False, markup=False)
     print(json.dumps(figures), flush=True)
 

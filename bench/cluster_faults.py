@@ -37,9 +37,9 @@ from rollbox.client import SandboxClient
 from rollbox.node.recovery import CONFIRM_WINDOW, RECENT
 
 REPO = Path(__file__).resolve().parents[1]
-"""Where tests/support/ is found: the chaos is the cluster tier's own."""
+"""Where tests/support/ is found: the chaos is the cluster tier's own (first: a dependency ships a `tests` package)."""
 if str(REPO) not in sys.path:
-    sys.path.append(str(REPO))
+    sys.path.insert(0, str(REPO))
 
 from tests.support.chaos import Load, orphans, tracebacks  # noqa: E402
 from tests.support.cluster import (  # noqa: E402
@@ -128,7 +128,9 @@ def measure(root: Path, progress: Progress) -> Figures:
             since = time.monotonic()
             time.sleep(max(FROZEN, CHAOS - (time.monotonic() - started)))
             figures["faults_gone_claim_ms"] = claims_ms(gone_load, since, time.monotonic())
+            ended = time.monotonic()
         figures["faults_chaos_s"] = round(time.monotonic() - started, 1)
+        figures["faults_claims_per_s"] = round(figures["faults_gone_claim_ms"]["n"] / (ended - since), 1)
         figures["faults_frozen_p99_ratio"] = round(figures["faults_frozen_claim_ms"]["p99"]
                                                    / figures["faults_gone_claim_ms"]["p99"], 2)
         figures["faults_lost"] = len(lost)
@@ -219,8 +221,10 @@ def verdicts(figures: Figures) -> list[str]:
         if name in figures:
             lines.append(f"{'ok    ' if meets(figures[name]) else 'MISSED'} {name}: {figures[name]} (target: {said})")
     if "faults_frozen_claim_ms" in figures:
-        lines.append(f"       claims, {CLIENTS} clients: node frozen {figures['faults_frozen_claim_ms']}, node gone "
-                     f"{figures['faults_gone_claim_ms']} (ms); router restarted in {figures['faults_router_restart_s']}"
+        lines.append(f"       claims, {CLIENTS} clients (each claims, writes, reads back, holds {HOLD} s, deletes; "
+                     f"{figures['faults_claims_per_s']} claims/s with a node gone): node frozen "
+                     f"{figures['faults_frozen_claim_ms']}, node gone {figures['faults_gone_claim_ms']} (ms); "
+                     f"chaos {figures['faults_chaos_s']} s; router restarted in {figures['faults_router_restart_s']}"
                      f" s; a restarted node's unconfirmed claims: {figures['faults_node_restart_unconfirmed']}, "
                      f"{figures['faults_orphans_in_the_end']} left once their window passed; "
                      f"tracebacks by log {figures['faults_tracebacks_by_log']}")

@@ -111,8 +111,7 @@ def table(figures: Figures) -> Table:
     m = figures["machine"]
     ray = "with" if figures["ray"] else "without"
     report = Table(title=f"rollbox cluster benchmark ({figures['mode']}, {ray} Ray, {figures['elapsed_s']} s)",
-                   caption=f"{m['cores']} cores, {m['memory_mb']} MB, Linux {m['kernel']}, runc {m['runc']}; load "
-                           f"{m['load_before']} before, {m['load_after']} after. Latencies in ms; CPU: ms per "
+                   caption=f"{machine_line(m)}. Latencies in ms; CPU: ms per "
                            "operation of the process the client talks to (nginx at a router's edge, a router, the "
                            "single server), of what is behind it (a router's own process behind nginx, the node "
                            "agents), and of the client; load: 1-minute load average as the phase "
@@ -134,6 +133,11 @@ def table(figures: Figures) -> Table:
             row(report, describe(name), value, "" if busy is None else f"router busy {busy:.0%} of the time, "
                                                                        f"{value['router_bound_per_s']}/s bound")
     return report
+
+
+def machine_line(m: Figures) -> str:
+    return (f"{m['cores']} cores, {m['memory_mb']} MB, Linux {m['kernel']}, runc {m['runc']}; load {m['load_before']} "
+            f"before, {m['load_after']} after")
 
 
 def row(report: Table, what: str, value: Figures, note: str) -> None:

@@ -13,7 +13,7 @@ import logging
 from starlette.requests import ClientDisconnect
 
 from rollbox._logs import throttled
-from rollbox.errors import RollboxError
+from rollbox.errors import ConnectionFailed, RollboxError
 
 
 def logged(error: Exception, log: logging.Logger, what: str) -> RollboxError:
@@ -21,7 +21,7 @@ def logged(error: Exception, log: logging.Logger, what: str) -> RollboxError:
     or rollbox's internal one; else one line, at WARNING for a 5xx and INFO for a 4xx."""
     if isinstance(error, ClientDisconnect):
         throttled(log, logging.INFO, f"{what}: the caller hung up before sending its request")
-        return RollboxError("the caller hung up")
+        return ConnectionFailed("the caller hung up before sending its request")
     if not isinstance(error, RollboxError):
         log.error("%s failed", what, exc_info=error)
         return RollboxError(f"the server failed: {error}; see its log")
