@@ -18,8 +18,6 @@ all.
 
 from __future__ import annotations
 
-import os
-import signal
 import statistics
 import sys
 import threading
@@ -41,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.support.chaos import Load, orphans, tracebacks  # noqa: E402
+from tests.support.chaos import Load, freeze, orphans, resources, tracebacks  # noqa: E402
 from tests.support.cluster import (  # noqa: E402
     ADMINS,
     TOKENS,
@@ -61,17 +59,6 @@ FROZEN = 10.0
 CHAOS = 90.0
 """Seconds of load the phase runs at least."""
 LATER_CALLS = 20
-RESOURCES = """\
-apiVersion: rollbox.dev/v1alpha1
-kind: SandboxTemplate
-metadata: {name: faults}
-spec: {base: host}
----
-apiVersion: rollbox.dev/v1alpha1
-kind: SandboxWarmPool
-metadata: {name: faults}
-spec: {replicas: 12, refillConcurrency: 4, sandboxTemplateRef: {name: faults}}
-"""
 ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
 
 TARGETS: dict[str, tuple[str, Callable[[float], bool]]] = {
@@ -91,7 +78,7 @@ def measure(root: Path, progress: Progress) -> Figures:
     figures: Figures = {"faults_load": load()}
     with running_cluster(root, NODES, tokens=TOKENS, admins=ADMINS) as cluster:
         with SandboxClient(cluster.url, token=TOKENS["alice"]) as client:
-            client.apply(RESOURCES)
+            client.apply(resources(POOL))
             wait_for(lambda: client.get_warmpool(POOL).ready == 12, "the warm pool full", 120)
         started = time.monotonic()
         lost: list[str] = []
@@ -158,14 +145,7 @@ def loaded(cluster: Cluster, lost: list[str], gone: tuple[str, ...] = ()) -> Ite
 
 def frozen(cluster: Cluster, under: Load) -> dict[str, float]:
     """Claims started while alpha's agent is stopped."""
-    agent = cluster.nodes["alpha"]
-    assert agent.process is not None
-    start = time.monotonic()
-    os.kill(agent.process.pid, signal.SIGSTOP)
-    try:
-        time.sleep(FROZEN)
-    finally:
-        os.kill(agent.process.pid, signal.SIGCONT)
+    start = freeze(cluster.nodes["alpha"], FROZEN)
     time.sleep(3)  # the claims started while it was stopped end
     return claims_ms(under, start, start + FROZEN)
 

@@ -6,8 +6,6 @@ that no client holds, nothing waits on the frozen node, the dead node answers at
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ from rollbox import errors
 from rollbox.client import SandboxClient
 from rollbox.cluster.view import RESTART_WAIT
 from rollbox.node.recovery import CONFIRM_WINDOW, RECENT
-from tests.support.chaos import Load, first_traceback, orphans, tracebacks
+from tests.support.chaos import Load, first_traceback, freeze, orphans, resources, tracebacks
 from tests.support.cluster import ADMINS, TOKENS, Cluster, claim_on_every_node, router_health, running_cluster, wait_for
 
 pytestmark = pytest.mark.slow
@@ -28,24 +26,13 @@ POOL = "chaos"
 CLIENTS = 32
 FROZEN = 5.0
 """Seconds a node stays stopped: a claim that waited for it would take at least this long."""
-RESOURCES = """\
-apiVersion: rollbox.dev/v1alpha1
-kind: SandboxTemplate
-metadata: {name: chaos}
-spec: {base: host}
----
-apiVersion: rollbox.dev/v1alpha1
-kind: SandboxWarmPool
-metadata: {name: chaos}
-spec: {replicas: 12, refillConcurrency: 4, sandboxTemplateRef: {name: chaos}}
-"""
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with running_cluster(tmp_path_factory.mktemp("chaos"), NODES, tokens=TOKENS, admins=ADMINS) as cluster:
         with SandboxClient(cluster.url, token=TOKENS["alice"]) as client:
-            client.apply(RESOURCES)
+            client.apply(resources(POOL))
             wait_for(lambda: client.get_warmpool(POOL).ready == 12, "the warm pool full")
         yield cluster
 
@@ -97,14 +84,7 @@ def test_a_frozen_node_stalls_no_claim(cluster: Cluster) -> None:
     router stops placing claims there once it stops answering: no claim waits for the frozen node (one that did
     would land there once it thaws), and the claims it made for callers that gave up end."""
     load = under_load(cluster, 3)
-    agent = cluster.nodes["alpha"]
-    assert agent.process is not None
-    frozen = time.monotonic()
-    os.kill(agent.process.pid, signal.SIGSTOP)
-    try:
-        time.sleep(FROZEN)
-    finally:
-        os.kill(agent.process.pid, signal.SIGCONT)
+    frozen = freeze(cluster.nodes["alpha"], FROZEN)
     time.sleep(2)
     before = [claim.seconds for claim in load.between(0, frozen) if claim.error is None]
     during = [claim for claim in load.between(frozen, frozen + FROZEN) if claim.error is None]

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
+import signal
 import threading
 import time
 from collections import Counter
@@ -27,10 +29,25 @@ import httpx
 from rollbox import errors
 from rollbox.client import AsyncSandboxClient
 from rollbox.server.auth import TENANT_HEADER
-from tests.support.cluster import Cluster, node_of
+from tests.support.cluster import Cluster, Process, node_of
 
 SETTLE_TIMEOUT = 60.0
 """Seconds `settle` waits for a node that is away to answer for an unsure sandbox."""
+
+
+def resources(name: str, replicas: int = 12) -> str:
+    """A template on the host's base and its warm pool, both `name`: what the clients claim."""
+    return f"""\
+apiVersion: rollbox.dev/v1alpha1
+kind: SandboxTemplate
+metadata: {{name: {name}}}
+spec: {{base: host}}
+---
+apiVersion: rollbox.dev/v1alpha1
+kind: SandboxWarmPool
+metadata: {{name: {name}}}
+spec: {{replicas: {replicas}, refillConcurrency: 4, sandboxTemplateRef: {{name: {name}}}}}
+"""
 
 
 @dataclass(frozen=True)
@@ -157,6 +174,18 @@ class Load:
         self.unsure.clear()
 
 
+def freeze(process: Process, seconds: float) -> float:
+    """Stops `process` (SIGSTOP) for `seconds`, then lets it go on; when it stopped (monotonic)."""
+    assert process.process is not None
+    stopped = time.monotonic()
+    os.kill(process.process.pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(process.process.pid, signal.SIGCONT)
+    return stopped
+
+
 def _code(error: Exception) -> str:
     """A rollbox error's code; anything else (a bug) by its type, which a test then shows."""
     return error.code if isinstance(error, errors.RollboxError) else type(error).__name__
@@ -192,8 +221,3 @@ def first_traceback(logs: Iterable[Path]) -> str:
         if at >= 0:
             return f"{log.name}:\n{text[max(0, at - 300):at + 3000]}"
     return ""
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
