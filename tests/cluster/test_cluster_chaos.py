@@ -44,12 +44,19 @@ def under_load(cluster: Cluster, seconds: float) -> Load:
 
 
 def settled(cluster: Cluster, load: Load, gone: tuple[str, ...] = ()) -> None:
-    """The load stopped and settled: nothing lost, nothing left that no client holds."""
+    """The load stopped and settled: nothing lost, nothing left that no client holds, and every answer was one a
+    caller must expect: no log of any process has a traceback."""
     load.stop()
     load.settle(gone)
     assert load.lost == [], load.lost
+    no_tracebacks(cluster)
     left = orphans(cluster, "alice", gone)
     assert left == [], (left, load.errors, time.time(), [claim for claim in load.claims if claim.error])
+
+
+def no_tracebacks(cluster: Cluster) -> None:
+    logs = sorted(Path(cluster.root).glob("*.log"))
+    assert sum(tracebacks(logs).values()) == 0, first_traceback(logs)
 
 
 def test_a_router_killed_under_claims_leaves_no_sandbox_nobody_holds(cluster: Cluster) -> None:
@@ -75,6 +82,7 @@ def test_a_node_agent_killed_and_started_again_loses_nothing(cluster: Cluster) -
     load.stop()
     load.settle()
     assert load.lost == [], load.lost
+    no_tracebacks(cluster)
     wait_for(lambda: not orphans(cluster, "alice"), "the unconfirmed claims ended",
              CONFIRM_WINDOW + RECENT - (time.monotonic() - restarted) + 10)
 
@@ -112,9 +120,3 @@ def test_a_node_killed_for_good_answers_at_once(cluster: Cluster) -> None:
         assert router_health(cluster.url)["nodes"]["gamma"]["status"] == "unreachable"
         time.sleep(2)
         settled(cluster, load, gone=("gamma",))
-
-
-def test_no_log_has_a_traceback(cluster: Cluster) -> None:
-    """Every answer above was one a caller must expect: none is logged with a traceback."""
-    logs = sorted(Path(cluster.root).glob("*.log"))
-    assert sum(tracebacks(logs).values()) == 0, first_traceback(logs)
