@@ -9,7 +9,9 @@ throw-away directory and removes it all at the end:
   a second one (cluster_simulated.py);
 - three real node agents (`rollbox node`, a data directory and engine each) behind a router, the single-machine
   `rollbox serve`, and, with Ray, a router over three node agents on a local Ray cluster (a head and three worker
-  raylets): warm claims at 1 and 64 clients and `true` one at a time, all ways taking turns (cluster_real.py).
+  raylets): warm claims at 1 and 64 clients and `true` one at a time, all ways taking turns (cluster_real.py);
+- faults under 32 clients' claims (issue 33's targets): the router killed, a node agent killed and restarted, one
+  frozen, one killed for good (cluster_faults.py; `--faults-only` runs this phase alone).
 
 It prints a table (medians and p99 in ms, the machine, the load), a verdict per target, how the CPUs were shared,
 and, as its last line, one JSON object of every figure with the targets missed in `missed`.
@@ -26,9 +28,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+import cluster_faults
 import cluster_real
 import cluster_simulated
-from cluster_report import missed, table, verdicts
+from cluster_report import machine_line, missed, table, verdicts
 from common import Figures, load, machine, progress_bars
 from rollbox._signals import exit_on_sigterm
 
@@ -64,28 +67,36 @@ def main() -> None:
     parser.add_argument("--ray", action=argparse.BooleanOptionalAction,
                         help="also measure a router over a local Ray cluster (default: when Ray is installed, but not "
                              "with --quick: a Ray cluster of four raylets takes 20 to 40 s to start here)")
+    parser.add_argument("--faults-only", action="store_true", help="only the faults phase (about 3 minutes)")
     args = parser.parse_args()
-    ray = args.ray if args.ray is not None else ray_available() and not args.quick
+    ray = args.ray if args.ray is not None else ray_available() and not args.quick and not args.faults_only
     start = time.perf_counter()
     figures: Figures = {"machine": machine()}
     with tempfile.TemporaryDirectory(prefix="rollbox-bench-cluster-") as root, progress_bars() as progress:
-        simulated, real = Path(root) / "simulated", Path(root) / "real"
-        simulated.mkdir()
-        real.mkdir()
-        figures.update(cluster_simulated.measure(simulated, cluster_simulated.QUICK if args.quick
-                                                 else cluster_simulated.FULL, progress))
-        simulated_s = time.perf_counter() - start
-        figures.update(cluster_real.measure(real, cluster_real.QUICK if args.quick else cluster_real.FULL, progress,
-                                            ray))
+        simulated, real, faults = Path(root) / "simulated", Path(root) / "real", Path(root) / "faults"
+        simulated_s = 0.0
+        if not args.faults_only:
+            simulated.mkdir()
+            real.mkdir()
+            figures.update(cluster_simulated.measure(simulated, cluster_simulated.QUICK if args.quick
+                                                     else cluster_simulated.FULL, progress))
+            simulated_s = time.perf_counter() - start
+            figures.update(cluster_real.measure(real, cluster_real.QUICK if args.quick else cluster_real.FULL,
+                                                progress, ray))
+        figures.update(cluster_faults.measure(faults, progress))
     figures["machine"]["load_after"] = load()
-    figures["mode"] = "quick" if args.quick else "full"
+    figures["mode"] = "faults only" if args.faults_only else "quick" if args.quick else "full"
     figures["ray"] = ray
     figures["elapsed_s"] = round(time.perf_counter() - start, 1)
     figures["simulated_elapsed_s"] = round(simulated_s, 1)
-    figures["missed"] = missed(figures)
+    figures["missed"] = missed(figures) + cluster_faults.missed(figures)
     console = Console(width=200)
-    console.print(table(figures))
-    for line in (*verdicts(figures), *NOTES, *([RAY_NOTE] if ray else [])):
+    notes = [] if args.faults_only else [*NOTES, *([RAY_NOTE] if ray else [])]
+    if args.faults_only:
+        console.print(f"{figures['mode']}: {machine_line(figures['machine'])}", highlight=False, markup=False)
+    else:
+        console.print(table(figures))
+    for line in (*verdicts(figures), *cluster_faults.verdicts(figures), *notes):
         console.print(line, highlight=False, markup=False)
     print(json.dumps(figures), flush=True)
 

@@ -111,8 +111,7 @@ def table(figures: Figures) -> Table:
     m = figures["machine"]
     ray = "with" if figures["ray"] else "without"
     report = Table(title=f"rollbox cluster benchmark ({figures['mode']}, {ray} Ray, {figures['elapsed_s']} s)",
-                   caption=f"{m['cores']} cores, {m['memory_mb']} MB, Linux {m['kernel']}, runc {m['runc']}; load "
-                           f"{m['load_before']} before, {m['load_after']} after. Latencies in ms; CPU: ms per "
+                   caption=f"{machine_line(m)}. Latencies in ms; CPU: ms per "
                            "operation of the process the client talks to (nginx at a router's edge, a router, the "
                            "single server), of what is behind it (a router's own process behind nginx, the node "
                            "agents), and of the client; load: 1-minute load average as the phase "
@@ -122,8 +121,8 @@ def table(figures: Figures) -> Table:
         report.add_column(column, justify="right")
     report.add_column("notes")
     for name, value in figures.items():
-        if not isinstance(value, dict) or name in ("machine", "simulated_handoffs"):
-            continue
+        if not isinstance(value, dict) or name in ("machine", "simulated_handoffs") or name.startswith("faults_"):
+            continue  # the faults phase says its figures in lines of its own (cluster_faults.verdicts)
         if name.startswith("simulated_at_"):
             for part in ("claim", "delete"):
                 row(report, f"{describe(name)}: {part}s", value[part],
@@ -134,6 +133,11 @@ def table(figures: Figures) -> Table:
             row(report, describe(name), value, "" if busy is None else f"router busy {busy:.0%} of the time, "
                                                                        f"{value['router_bound_per_s']}/s bound")
     return report
+
+
+def machine_line(m: Figures) -> str:
+    return (f"{m['cores']} cores, {m['memory_mb']} MB, Linux {m['kernel']}, runc {m['runc']}; load {m['load_before']} "
+            f"before, {m['load_after']} after")
 
 
 def row(report: Table, what: str, value: Figures, note: str) -> None:

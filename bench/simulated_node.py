@@ -87,7 +87,8 @@ class SimulatedNode:
 
     # -- resources --------------------------------------------------------------------------
 
-    async def apply(self, resource: Resource, progress: Callable[[str], None]) -> ApplyStatus:
+    async def apply(self, resource: Resource, progress: Callable[[str], None], tenant: str | None = None
+                    ) -> ApplyStatus:
         name = resource.metadata.name
         if isinstance(resource, SandboxTemplate):
             spec = resource.model_dump(mode="json", by_alias=True)["spec"]
@@ -135,7 +136,9 @@ class SimulatedNode:
 
     # -- claims -----------------------------------------------------------------------------
 
-    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False) -> SandboxInfo:
+    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False, retry: bool = False
+                    ) -> SandboxInfo:
+        """Request keys are not kept: each claim makes a sandbox."""
         if request.snapshot is not None:
             raise SnapshotNotFound("a simulated node holds no snapshots")
         if request.warmpool is not None:
@@ -152,7 +155,12 @@ class SimulatedNode:
         self.claimed[info.id] = info
         return info
 
-    async def claims(self, tenant: str) -> list[SandboxInfo]:
+    async def abandon(self, tenant: str, sandbox_id: str) -> None:
+        self.claimed.pop(sandbox_id, None)
+
+    async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
+        if request_key is not None:
+            return []
         return [info for info in self.claimed.values() if info.tenant == tenant]
 
     async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo:

@@ -4,7 +4,9 @@ Each error has a stable `code` (sent over HTTP as `{"error": {"code", "message"}
 `status` it answers with; its message says what the caller can do about it. The SDK rebuilds the
 typed error from the code (`from_code`), and falls back on the status for answers that are not
 rollbox's own (a proxy's 502). An error about one sandbox (`AboutSandbox`) carries its id as a field:
-the engine names the container, and the node retells it about the sandbox that container serves.
+the engine names the container, and the node retells it about the sandbox that container serves. An error
+may also say whether the same call, sent again soon, can succeed (`retry`, sent as
+`{"error": {..., "retry": false}}`): the SDK sends a 503 again unless it says it cannot.
 
     RollboxError (500 internal)
     ├── InvalidRequest (400 invalid_request)
@@ -23,6 +25,7 @@ the engine names the container, and the node retells it about the sandbox that c
     │   ├── VolumeNotFound (404 volume_not_found)
     │   ├── FileNotFound (404 file_not_found)
     │   ├── ImageNotFound (404 image_not_found)        no such image, or the tenant's credentials cannot read it
+    │   ├── NoWarmSandbox (404 no_warm_sandbox)        a node agent's warm-only claim it cannot take warm
     │   └── ProcessNotFound (404 process_not_found)    no such background process in the sandbox
     ├── Conflict (409 conflict)
     │   ├── SandboxNotRunning (409 sandbox_not_running)
@@ -36,7 +39,7 @@ the engine names the container, and the node retells it about the sandbox that c
     ├── PortClosed (502 port_closed)                   nothing listens on the port asked for in the sandbox
     ├── TaskSetupFailed (422 task_setup_failed)        an RL task's own setup failed
     ├── RuntimeUnavailable (503 runtime_unavailable)
-    ├── NodeUnavailable (503 node_unavailable)         a node agent that does not answer (yet)
+    ├── NodeUnavailable (503 node_unavailable)         a node agent that does not answer (yet), or is down
     ├── NodeLost (410 node_lost)                       the sandbox's node left the cluster
     └── ConnectionFailed (503 connection_failed)       the SDK could not reach the router
 """
@@ -62,6 +65,7 @@ __all__ = [
     "InvalidRequest",
     "InvalidResource",
     "MethodNotAllowed",
+    "NoWarmSandbox",
     "NodeLost",
     "NodeUnavailable",
     "NotFound",
@@ -87,6 +91,14 @@ __all__ = [
 class RollboxError(Exception):
     code = "internal"
     status = 500
+    retry: bool | None = None
+    """Whether the same call sent again soon may succeed; None leaves it to the status (the SDK sends a 503 again).
+    False for a node known to be down: its calls answer at once, and waiting would not change the answer."""
+
+    def __init__(self, message: str = "", *, retry: bool | None = None) -> None:
+        super().__init__(message)
+        if retry is not None:
+            self.retry = retry
 
 
 class InvalidRequest(RollboxError):
@@ -151,8 +163,9 @@ class AboutSandbox(RollboxError):
     a tenant never sees a container id. Its text is the one it is about, then the message: `sandbox <id> has
     stopped: ...`."""
 
-    def __init__(self, message: str, *, container_id: str | None = None, sandbox_id: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, container_id: str | None = None, sandbox_id: str | None = None,
+                 retry: bool | None = None) -> None:
+        super().__init__(message, retry=retry)
         self.message = message
         self.container_id = container_id
         self.sandbox_id = sandbox_id
@@ -166,7 +179,8 @@ class AboutSandbox(RollboxError):
 
     def retold(self, sandbox_id: str) -> Self:
         """The same error, about the sandbox whose container it was about."""
-        return type(self)(self.message, container_id=self.container_id, sandbox_id=sandbox_id)
+        return type(self)(self.message, container_id=self.container_id, sandbox_id=sandbox_id,
+                          retry=self.__dict__.get("retry"))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.message,), self.__dict__
@@ -186,6 +200,14 @@ class SnapshotNotFound(NotFound):
 
 class FileNotFound(NotFound):
     code = "file_not_found"
+
+
+class NoWarmSandbox(NotFound):
+    """A node agent's warm-only claim (`warm_only`: its router's edge asks the nodes in turn) that the node cannot
+    take from a ready warm sandbox. A 404, which nginx takes as "try the next node" without counting the node as
+    failing (docs/cluster.md); the router places what no node takes warm."""
+
+    code = "no_warm_sandbox"
 
 
 class ProcessNotFound(NotFound):
@@ -233,8 +255,9 @@ class BuildFailed(RollboxError):
     code = "build_failed"
     status = 422
 
-    def __init__(self, message: str, exit_code: int | None = None, output: str = "") -> None:
-        super().__init__(message)
+    def __init__(self, message: str, exit_code: int | None = None, output: str = "", *,
+                 retry: bool | None = None) -> None:
+        super().__init__(message, retry=retry)
         self.exit_code = exit_code
         self.output = output
 
@@ -280,7 +303,8 @@ class RuntimeUnavailable(RollboxError):
 
 
 class NodeUnavailable(RollboxError):
-    """A node agent that does not answer: restarting, or cut off. Worth a retry."""
+    """A node agent that does not answer: restarting, or cut off (worth a retry); or down for longer than a restart
+    takes (`retry` False: not sent again by the SDK)."""
 
     code = "node_unavailable"
     status = 503
@@ -312,6 +336,6 @@ def _register(cls: type[RollboxError]) -> None:
 _register(RollboxError)
 
 
-def from_code(code: str, message: str) -> RollboxError:
+def from_code(code: str, message: str, retry: bool | None = None) -> RollboxError:
     """Rebuilds a typed error from its wire code (used by the SDK)."""
-    return ALL.get(code, RollboxError)(message)
+    return ALL.get(code, RollboxError)(message, retry=retry)

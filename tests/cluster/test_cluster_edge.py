@@ -21,7 +21,7 @@ import pytest
 
 from rollbox.client import Sandbox, SandboxClient
 from rollbox.cluster import edge
-from rollbox.cluster.view import NodeState
+from rollbox.cluster.view import RESTART_WAIT, NodeState
 from rollbox.server.app import DEFAULT_MAX_BODY
 from rollbox.server.auth import TENANT_HEADER
 from rollbox.server.limits import too_large
@@ -116,18 +116,27 @@ def test_a_command_whose_node_dies_during_it_is_not_run_again(cluster: Cluster, 
     assert _runs(client, sandbox.id) == 1
 
 
-def test_a_call_whose_node_is_restarting_waits_for_it(cluster: Cluster, sandbox: Sandbox) -> None:
-    """Nothing reached the node: nginx passes the call to the router, which waits for the node, and it answers."""
+def test_a_call_whose_node_is_down_answers_at_once_and_is_served_once_it_is_back(cluster: Cluster,
+                                                                               sandbox: Sandbox) -> None:
+    """Nothing reached the node: nginx passes the call to the router, which waits RESTART_WAIT for the node to
+    restart, then answers 503 node_unavailable, marked not worth sending again, at once for as long as the node is
+    down (nginx sends its calls to the router straight). Once the node is back, the call is served."""
     agent = cluster.nodes[sandbox.id.rpartition("-")[0]]
+    alice = {"Authorization": f"Bearer {TOKENS['alice']}"}
     agent.kill()
-    restarting = threading.Timer(1.0, agent.start)
-    restarting.start()
     try:
-        answer = exec_as(cluster, {"Authorization": f"Bearer {TOKENS['alice']}"}, sandbox.id, "echo back")
-        assert (answer.status_code, answer.json().get("stdout")) == (200, "back\n"), answer.text
+        answers = []
+        for _ in range(3):
+            started = time.monotonic()
+            answers.append((exec_as(cluster, alice, sandbox.id, "echo back"), time.monotonic() - started))
+        for answer, _ in answers:
+            assert answer.status_code == 503 and answer.json()["error"]["retry"] is False, answer.text
+        assert answers[0][1] <= RESTART_WAIT + 1.0 and answers[2][1] < 0.5, [took for _, took in answers]
     finally:
-        restarting.join()
+        agent.start()
     wait_for(lambda: router_health(cluster.url)["nodes"][agent.name]["status"] == "up", "the node back", 30)
+    answer = exec_as(cluster, alice, sandbox.id, "echo back")
+    assert (answer.status_code, answer.json().get("stdout")) == (200, "back\n"), answer.text
 
 
 def test_nginx_goes_when_the_router_is_killed(cluster: Cluster) -> None:

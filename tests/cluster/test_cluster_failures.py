@@ -195,3 +195,46 @@ def test_a_node_gone_since_the_routers_last_look_answers_503(cluster: Cluster, t
         down = subprocess.run([str(ROLLBOX), "down", "--data-dir", str(agent.data_dir)], capture_output=True,
                               text=True, timeout=120)
         assert down.returncode == 0, down.stderr
+
+
+def test_a_claim_sent_again_through_another_router_answers_the_same_sandbox(cluster: Cluster,
+                                                                           client: SandboxClient) -> None:
+    """The nodes keep the request keys: a claim whose answer was lost, sent again (`retry`) through any router, is
+    answered with the sandbox the first attempt made, on whichever node it is."""
+    second = cluster.add_router()
+    try:
+        made = {}
+        for number in range(4):  # warm claims: nginx picks the node
+            body = {"warmpool": POOL, "request_key": f"step-{number}"}
+            first = httpx.post(f"{cluster.url}/v1/sandboxes", json=body, headers=ALICE, timeout=30)
+            assert first.status_code == 201, first.text
+            made[number] = first.json()["id"]
+            again = httpx.post(f"{second.url}/v1/sandboxes?retry=true", json=body, headers=ALICE, timeout=30)
+            assert (again.status_code, again.json()["id"]) == (201, made[number]), again.text
+        found = httpx.get(f"{second.url}/v1/sandboxes", params={"request_key": "step-0"}, headers=ALICE, timeout=30)
+        assert [info["id"] for info in found.json()] == [made[0]]
+        assert {node_of(sandbox_id) for sandbox_id in made.values()} <= set(NODES)
+    finally:
+        for sandbox_id in made.values():
+            client.delete_sandbox(sandbox_id)
+        second.stop()
+        cluster.routers.remove(second)
+
+
+def test_a_lease_lives_on_the_nodes_through_a_router_restart(cluster: Cluster, client: SandboxClient) -> None:
+    """Renewed through whichever router answers, the lease outlives the router's restart; closed, its sandboxes end on
+    every node."""
+    with client.lease(ttl=30) as lease:
+        held = claim_on_every_node(client, POOL, NODES)
+        assert {sandbox.info.lease for sandbox in held.values()} == {lease.id}
+        router = cluster.routers[0]
+        router.kill()
+        router.start()
+        wait_for(lambda: all(node["status"] == "up" for node in router_health(router.url)["nodes"].values()),
+                 "the restarted router's nodes up", 30)
+        assert lease.renew().sandboxes == len(NODES)
+        for sandbox in held.values():
+            assert sandbox.run("echo held").stdout == "held\n"
+    for sandbox in held.values():
+        with pytest.raises(errors.SandboxNotFound):
+            sandbox.refresh()

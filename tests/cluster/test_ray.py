@@ -12,8 +12,9 @@ import signal
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -21,6 +22,8 @@ from rollbox import AsyncSandboxClient, SandboxClient
 from rollbox.errors import NodeLost, NodeUnavailable, NotFound
 from tests.support.ray_cluster import RayTestCluster
 from tests.support.servers import RL_TEMPLATE
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.slow
 POOL = """apiVersion: rollbox.dev/v1alpha1
@@ -121,13 +124,26 @@ def test_agent_killed_is_restarted_by_ray_and_adopts_its_sandboxes(cluster: RayT
         for other in sandboxes[1:]:
             if not other.id.startswith(f"{name}-"):
                 assert other.commands.run("true").exit_code == 0  # untouched
-        assert victim.commands.run("cat state").stdout == "kept"  # waits for the restart, then answers
+        # until Ray's restart is done the node is down (RESTART_WAIT): its calls answer at once, not sent again
+        read = wait_for_answer(lambda: victim.commands.run("cat state").stdout, 10)
+        assert read == "kept"
         assert time.monotonic() - killed < 10
         assert cluster.agent_pid(name) != before
         assert victim.refresh().info.state == "running"
     finally:
         for sandbox in sandboxes:
             sandbox.delete()
+
+
+def wait_for_answer(call: Callable[[], T], timeout: float) -> T:
+    """What `call` answers once its node serves again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except NodeUnavailable:
+            assert time.monotonic() < deadline, "the node did not serve again"
+            time.sleep(0.2)
 
 
 def test_router_killed_and_restarted_serves_every_live_claim(cluster: RayTestCluster) -> None:

@@ -18,8 +18,8 @@ from rollbox.errors import (
     CapacityExceeded,
     Conflict,
     InvalidResource,
-    NodeUnavailable,
     NotFound,
+    NoWarmSandbox,
     RollboxError,
     SandboxNotFound,
     SandboxNotRunning,
@@ -126,8 +126,8 @@ async def test_empty_pool_falls_back_to_a_cold_start(node: LocalNode) -> None:
 
 
 async def test_a_warm_only_claim_takes_a_warm_sandbox_or_nothing(node: LocalNode) -> None:
-    """What a router's edge asks of each node in turn: a warm sandbox, or 503 at once having started nothing,
-    whatever else the claim asks for."""
+    """What a router's edge asks of each node in turn: a warm sandbox, or 404 no_warm_sandbox at once having started
+    nothing, whatever else the claim asks for."""
     await node.apply(pool(replicas=1), print)
     await filled(node)
     claim = await node.claim("alice", ClaimRequest(warmpool="basic-pool"), warm_only=True)
@@ -136,7 +136,7 @@ async def test_a_warm_only_claim_takes_a_warm_sandbox_or_nothing(node: LocalNode
     for request in (ClaimRequest(warmpool="basic-pool"), ClaimRequest(template="basic"),
                     ClaimRequest(warmpool="no-such-pool"), ClaimRequest(warmpool="basic-pool", snapshot="a-snapshot")):
         started = time.perf_counter()
-        with pytest.raises(NodeUnavailable):
+        with pytest.raises(NoWarmSandbox):
             await node.claim("alice", request, warm_only=True)
         assert time.perf_counter() - started < 0.5, request  # no container started
     assert [info.id for info in await node.claims("alice")] == [claim.id]

@@ -43,6 +43,8 @@ class MemoryNode:
         self.files_of: dict[str, dict[str, bytes]] = {}
         self.resources: dict[tuple[str, str], Resource] = {}
         self.snapshots_of: dict[str, dict[str, SnapshotInfo]] = {}
+        self.keys: dict[tuple[str, str], str] = {}
+        """Each (tenant, request key)'s sandbox id."""
         self._next = 0
 
     # -- resources ---------------------------------------------------------------------------
@@ -84,13 +86,26 @@ class MemoryNode:
         del self.resources[("SandboxWarmPool", name)]
 
     # -- claims ------------------------------------------------------------------------------
-    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False) -> SandboxInfo:
-        """Every claim is warm here: nothing starts."""
+    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False, retry: bool = False
+                    ) -> SandboxInfo:
+        """Every claim is warm here: nothing starts. A request key made before answers its sandbox."""
         if request.template == FAILING_TEMPLATE:
             raise RuntimeError("boom")
-        return self._add(tenant, request.template or "t", warmpool=request.warmpool, labels=request.labels or {})
+        made = await self.claims(tenant, request.request_key) if request.request_key else []
+        if made:
+            return made[0]
+        info = self._add(tenant, request.template or "t", warmpool=request.warmpool, labels=request.labels or {})
+        if request.request_key:
+            self.keys[(tenant, request.request_key)] = info.id
+        return info
 
-    async def claims(self, tenant: str) -> list[SandboxInfo]:
+    async def abandon(self, tenant: str, sandbox_id: str) -> None:
+        self.sandboxes.pop(sandbox_id, None)
+
+    async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
+        if request_key is not None:
+            made = self.sandboxes.get(self.keys.get((tenant, request_key), ""))
+            return [] if made is None else [made]
         return [info for info in self.sandboxes.values() if info.tenant == tenant]
 
     async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo:

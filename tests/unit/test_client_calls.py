@@ -18,6 +18,7 @@ import pytest
 
 from rollbox import archives, errors
 from rollbox.client import AsyncSandboxClient, ConnectionFailed, SandboxClient
+from rollbox.client import _calls as calls
 from rollbox.client._calls import ApplyReader, ExecReader
 from rollbox.client._http import Answer, answer_of, error_from
 
@@ -76,6 +77,7 @@ class _Scripted(ThreadingHTTPServer):
         self.script = script
         self.seen: list[str] = []
         self.tokens: list[str | None] = []
+        self.bodies: list[bytes] = []
 
     @property
     def url(self) -> str:
@@ -86,7 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Scripted
 
     def _answer(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.server.bodies.append(self.rfile.read(int(self.headers.get("content-length") or 0)))
         self.server.seen.append(f"{self.command} {self.path}")
         self.server.tokens.append(self.headers.get("authorization"))
         status, body = self.server.script.pop(0)
@@ -130,15 +132,46 @@ def test_idempotent_calls_give_up_after_the_last_retry(scripted: _Scripted) -> N
 
 
 def test_calls_that_change_state_are_never_retried(scripted: _Scripted) -> None:
-    scripted.script += [BUSY] * 4
+    scripted.script += [BUSY] * 5
     client = SandboxClient(scripted.url)
     with pytest.raises(errors.NodeUnavailable):
-        client.create_sandbox(template="basic")
-    assert scripted.seen == ["POST /v1/sandboxes"]
+        client.create_sandbox(template="basic", request_key=None)
+    with pytest.raises(errors.NodeUnavailable):
+        client._send(calls.reset("c-1"))
+    assert scripted.seen == ["POST /v1/sandboxes", "POST /v1/sandboxes/c-1/reset"]
+
+
+def test_a_claim_is_sent_again_with_its_request_key_marked_as_a_retry(scripted: _Scripted) -> None:
+    """Its key answers the sandbox an earlier attempt made, if it made one: so a claim may be sent again."""
+    scripted.script += [BUSY, BUSY, (201, SANDBOX)]
+    assert SandboxClient(scripted.url).create_sandbox(template="basic").id == "c-1"
+    assert scripted.seen == ["POST /v1/sandboxes", *["POST /v1/sandboxes?retry=true"] * 2]
+    keys = {json.loads(body)["request_key"] for body in scripted.bodies}
+    assert len(keys) == 1 and len(keys.pop()) == 32
+    scripted.script += [(201, SANDBOX)]
+    SandboxClient(scripted.url).create_sandbox(template="basic", request_key="mine")
+    assert json.loads(scripted.bodies[-1]) == {"template": "basic", "request_key": "mine"}
+
+
+def test_an_answer_that_says_the_node_is_down_is_not_sent_again(scripted: _Scripted) -> None:
+    down = (503, {"error": {"code": "node_unavailable", "message": "node w1 is down", "retry": False}})
+    scripted.script += [down, down]
+    client = SandboxClient(scripted.url)
+    with pytest.raises(errors.NodeUnavailable, match="is down") as raised:
+        client.get_sandbox("w1-1")
+    assert raised.value.retry is False
+
+    async def call() -> None:
+        async with AsyncSandboxClient(scripted.url) as client:
+            with pytest.raises(errors.NodeUnavailable, match="is down"):
+                await client.get_sandbox("w1-1")
+
+    asyncio.run(call())
+    assert scripted.seen == ["GET /v1/sandboxes/w1-1"] * 2
 
 
 def test_the_async_client_retries_as_the_sync_one_does(scripted: _Scripted) -> None:
-    scripted.script += [BUSY, BUSY, (200, []), *[BUSY] * 4, BUSY]
+    scripted.script += [BUSY, BUSY, (200, []), *[BUSY] * 4, BUSY, BUSY, (201, SANDBOX)]
 
     async def calls() -> None:
         async with AsyncSandboxClient(scripted.url) as client:
@@ -146,10 +179,12 @@ def test_the_async_client_retries_as_the_sync_one_does(scripted: _Scripted) -> N
             with pytest.raises(errors.NodeUnavailable, match="restarting"):
                 await client.list_templates()
             with pytest.raises(errors.NodeUnavailable):
-                await client.create_sandbox(template="basic")
+                await client.create_sandbox(template="basic", request_key=None)
+            assert (await client.create_sandbox(template="basic")).id == "c-1"
 
     asyncio.run(calls())
-    assert scripted.seen == ["GET /v1/sandboxes"] * 3 + ["GET /v1/templates"] * 4 + ["POST /v1/sandboxes"]
+    assert scripted.seen == (["GET /v1/sandboxes"] * 3 + ["GET /v1/templates"] * 4 + ["POST /v1/sandboxes"] * 2
+                             + ["POST /v1/sandboxes?retry=true"])
 
 
 SANDBOX = {"id": "c-1", "template": "basic", "tenant": "t", "state": "running", "created_at": 1.0}

@@ -51,7 +51,8 @@ def test_a_claim_sends_only_what_was_asked_and_decodes_the_sandbox(router: Route
     assert sandbox.id == "sb-1" and sandbox.info == SandboxInfo(**INFO, labels={"run": "7"})
     request = router.seen[-1]
     assert request.headers["authorization"] == "Bearer alice-token"
-    assert json.loads(request.content) == {"template": "basic", "labels": {"run": "7"}}
+    sent = json.loads(request.content)
+    assert sent == {"template": "basic", "labels": {"run": "7"}, "request_key": sent["request_key"]}
 
 
 def test_fields_the_sdk_does_not_know_are_ignored(router: Router, client: SandboxClient) -> None:

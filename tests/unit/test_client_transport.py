@@ -54,7 +54,7 @@ def test_a_server_that_hangs_up_mid_call_is_connection_failed() -> None:
             async with AsyncSandboxClient(f"http://127.0.0.1:{rude.getsockname()[1]}") as client:
                 hanging_up = asyncio.create_task(hang_up())
                 with pytest.raises(ConnectionFailed, match=r"POST /v1/sandboxes .* failed: Server disconnected"):
-                    await client.create_sandbox(template="basic")
+                    await client.create_sandbox(template="basic", request_key=None)  # not sent again
                 await hanging_up
 
         asyncio.run(calls())

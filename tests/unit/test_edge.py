@@ -4,28 +4,54 @@ router reads nginx's lines (tests/cluster/test_cluster_edge.py runs the real thi
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 from rollbox.cluster.edge import _CallLines
-from rollbox.cluster.edge_config import Routes, render, targets
-from rollbox.cluster.view import NodeState
+from rollbox.cluster.edge_config import FAIL_TIMEOUT, WARM_WAIT, Routes, render, targets
+from rollbox.cluster.view import RESTART_WAIT, NodeState
 from rollbox.server.metrics import Metrics
 
 SECRET = "s" * 32
 
 
-def node(name: str, status: str, url: str | None = "http://10.0.0.1:7000") -> NodeState:
-    return NodeState(name, url, status, 0.0)  # type: ignore[arg-type]
+def node(name: str, status: str, url: str | None = "http://10.0.0.1:7000", since: float = 0.0) -> NodeState:
+    return NodeState(name, url, status, since)  # type: ignore[arg-type]
 
 
-def test_calls_go_to_every_node_not_lost_and_claims_to_those_up() -> None:
+def test_calls_go_to_every_node_neither_lost_nor_down_and_claims_to_those_up() -> None:
+    """A node that stopped answering a moment ago may be restarting: its calls try it, then wait at the router. One
+    down for RESTART_WAIT has its calls answered by the router at once."""
     view = {state.name: state for state in (
         node("up-a", "up", "http://10.0.0.1:7000/"), node("joining", "joining", "http://10.0.0.2:7000"),
-        node("unreachable", "unreachable", "http://10.0.0.3:7000"), node("lost", "lost"),
+        node("unreachable", "unreachable", "http://10.0.0.3:7000", time.monotonic()),
+        node("down", "unreachable", "http://10.0.0.5:7000", time.monotonic() - RESTART_WAIT), node("lost", "lost"),
         node("starting", "up", None), node("tls", "up", "https://10.0.0.4:7000"), node('bad"name', "up"))}
     nodes, claiming = targets(view)
     assert nodes == {"up-a": "10.0.0.1:7000", "joining": "10.0.0.2:7000", "unreachable": "10.0.0.3:7000"}
     assert claiming == ("up-a",)
+
+
+def test_warm_claims_try_each_node_briefly_and_claims_sent_again_go_to_the_router() -> None:
+    """A frozen node holds a claim up WARM_WAIT at most, and leaves the turn for FAIL_TIMEOUT; a claim sent again
+    (`retry`) goes to the router, which asks every node for its request key."""
+    config = render(Routes("127.0.0.1:8080", "127.0.0.1:9000", SECRET, {"alice": "alice-token"}, 1024,
+                           {"w0": "10.0.0.1:7000", "w1": "10.0.0.2:7000"}, ("w0", "w1")), Path("/run/edge"))
+    ways = map_keys(config, "rollbox_claim_way")
+
+    def way(method: str, retry: str = "") -> str:
+        return next((value for pattern, value in ways.items() if re.search(pattern, f"{method}|alice|{retry}")),
+                    "router")
+
+    assert (way("POST"), way("POST", "true"), way("GET")) == ("warm", "router", "router")
+    warm = config[config.index("location = /.rollbox/warm-claim"):]
+    warm = warm[:warm.index("}")]
+    for setting in (f"proxy_read_timeout {WARM_WAIT};", f"proxy_connect_timeout {WARM_WAIT};",
+                    "proxy_next_upstream error timeout http_404",
+                    "error_page 404 429 502 503 504 = @claimed_by_router"):
+        assert setting in warm, setting
+    assert (f"server 10.0.0.1:7000 max_fails=1 fail_timeout={FAIL_TIMEOUT}; "
+            f"server 10.0.0.2:7000 max_fails=1 fail_timeout={FAIL_TIMEOUT};") in config
 
 
 def map_keys(config: str, variable: str) -> dict[str, str]:
@@ -88,7 +114,7 @@ def test_ids_name_their_nodes_as_the_router_reads_them() -> None:
                       "DELETE /v1/sandboxes/w-1-9f3c/stats", "GET /v1/sandboxes/w-1-9f3c?x=1",
                       "POST /v1/sandboxes/w-1-9f3c/fork"):
         assert upstream(elsewhere) is None, elsewhere
-    assert "upstream rollbox_claims { server 10.0.0.1:7000 max_fails=0;" in config
+    assert "upstream rollbox_claims { server 10.0.0.1:7000 max_fails=1" in config
     assert "10.0.0.2:7000 max_fails" not in config  # w.2 takes no claims
     assert f"Bearer {SECRET}" in config
 

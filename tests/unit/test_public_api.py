@@ -18,9 +18,9 @@ from rollbox.models import ClaimRequest, ExecRequest
 
 PUBLIC = {
     rollbox: ["AsyncSandboxClient", "SandboxClient", "__version__"],
-    rollbox.client: ["ApplyEvent", "AsyncSandbox", "AsyncSandboxClient", "ConnectionFailed", "ExecResult", "FileInfo",
-                     "Sandbox", "SandboxClient", "SandboxInfo", "SnapshotInfo", "TemplateInfo", "VolumeInfo",
-                     "VolumeMount", "WarmPoolInfo"],
+    rollbox.client: ["ApplyEvent", "AsyncLease", "AsyncSandbox", "AsyncSandboxClient", "ConnectionFailed", "ExecResult",
+                     "FileInfo", "Lease", "LeaseInfo", "Sandbox", "SandboxClient", "SandboxInfo", "SnapshotInfo",
+                     "TemplateInfo", "VolumeInfo", "VolumeMount", "WarmPoolInfo"],
     rollbox.rl: ["AsyncSandboxEnv", "EpisodeLimits", "Observation", "SandboxEnv", "Task", "TrainConfig", "Trajectory",
                  "collect_async", "load_swebench", "load_tasks", "read_trajectories", "write_parquet"],
 }

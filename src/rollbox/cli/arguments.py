@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from rollbox.client import SandboxClient
 from rollbox.client._http import DEFAULT_URL
@@ -33,6 +33,29 @@ def data_dir_options() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     options.add_argument("--data-dir", help="templates, layers and state (default /var/lib/rollbox)")
     return options
+
+
+def claim_options() -> argparse.ArgumentParser:
+    """How a node (`serve`, `node`) ends the claims nothing else ends (docs/faults.md)."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--default-shutdown-after", metavar="SECONDS",
+                         help="end a claim made with neither a lease nor a shutdown_after of its own after this long "
+                              "(e.g. 600, 30m; 'none': never; default 1h)")
+    return options
+
+
+def claim_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """`claim_options` as the node's keyword arguments."""
+    from rollbox.spec import parse_seconds
+
+    given = args.default_shutdown_after
+    if given is None:
+        return {}
+    try:
+        seconds = None if given.lower() in ("none", "0") else parse_seconds(given)
+    except ValueError as error:
+        raise UsageError(f"--default-shutdown-after {given!r}: {error}") from None
+    return {"default_shutdown_after": seconds}
 
 
 def client(args: argparse.Namespace) -> SandboxClient:

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rollbox.cli.arguments import Commands, UsageError, data_dir_options
+from rollbox.cli.arguments import Commands, UsageError, claim_options, claim_settings, data_dir_options
 from rollbox.cli.images import node_options, node_settings
 from rollbox.cli.tracing import start_tracing, tracing_options
 
@@ -17,7 +17,7 @@ NODE_PORT = 8090
 
 def add_command(commands: Commands) -> None:
     node = commands.add_parser(
-        "node", parents=[data_dir_options(), secret_options(), tracing_options(), node_options()],
+        "node", parents=[data_dir_options(), secret_options(), tracing_options(), node_options(), claim_options()],
         help="run a node agent for a cluster's routers",
         description="Runs this machine's engine and node behind rollbox's API for the routers of a cluster "
                     "(`rollbox serve --node URL` or `--ray`). Only callers holding the cluster secret may call it.")
@@ -57,7 +57,7 @@ def cmd_node(args: argparse.Namespace) -> None:
 
     start_tracing(args)
     agent = NodeAgent(args.data_dir or DEFAULT_DATA_DIR, args.name, secret(args), max_sandboxes=args.max_sandboxes,
-                      **node_settings(args))
+                      **node_settings(args), **claim_settings(args))
     exit_on_sigterm()
     with listen_tcp(args.host, args.port) as listener:
         agent.run(listener)

@@ -10,7 +10,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from rollbox.cli.arguments import Commands, UsageError, data_dir_options, pair, pairs
+from rollbox.cli.arguments import Commands, UsageError, claim_options, claim_settings, data_dir_options, pair, pairs
 from rollbox.cli.cluster import secret_options, serve_cluster
 from rollbox.cli.images import node_options, node_settings
 from rollbox.cli.output import out
@@ -20,7 +20,7 @@ from rollbox.errors import Conflict
 
 def add_commands(commands: Commands) -> None:
     serve = commands.add_parser("serve", parents=[data_dir_options(), secret_options(), tracing_options(),
-                                                  node_options()],
+                                                  node_options(), claim_options()],
                                 help="run the router and this machine's node")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (%(default)s)")
@@ -85,7 +85,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if args.data_dir is not None:
         options["data_dir"] = args.data_dir
     serve(host=args.host, port=args.port, socket=args.socket, tokens=tokens, admins=args.admin,
-          delete_on_exit=args.delete_on_exit, **options, **node_settings(args), **port_settings(args))
+          delete_on_exit=args.delete_on_exit, **options, **node_settings(args), **port_settings(args),
+          **claim_settings(args))
 
 
 def port_settings(args: argparse.Namespace) -> dict[str, Any]:

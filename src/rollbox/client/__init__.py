@@ -7,6 +7,7 @@ with client.create_sandbox(template="py-bugfix", warmpool="py-bugfix-pool") as s
 ```
 """
 
+from rollbox.client._leases import AsyncLease, Lease
 from rollbox.client.aio import AsyncSandbox, AsyncSandboxClient
 from rollbox.client.sync import Sandbox, SandboxClient
 from rollbox.errors import ConnectionFailed
@@ -14,6 +15,7 @@ from rollbox.models import (
     ApplyEvent,
     ExecResult,
     FileInfo,
+    LeaseInfo,
     SandboxInfo,
     SnapshotInfo,
     TemplateInfo,
@@ -24,11 +26,14 @@ from rollbox.spec import VolumeMount
 
 __all__ = [
     "ApplyEvent",
+    "AsyncLease",
     "AsyncSandbox",
     "AsyncSandboxClient",
     "ConnectionFailed",
     "ExecResult",
     "FileInfo",
+    "Lease",
+    "LeaseInfo",
     "Sandbox",
     "SandboxClient",
     "SandboxInfo",

@@ -7,14 +7,14 @@ The blocking client, the asyncio client and a router forwarding to its node agen
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rollbox import errors
-from rollbox.client._http import Answer, error_from, raise_for_error
+from rollbox.client._http import RETRY_DELAYS, Answer, error_from, raise_for_error
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -36,6 +36,16 @@ class Call(Generic[T]):
     """Safe to send again after a connection error or a 503."""
     wait: float | None = 0.0
     """Seconds the server may spend working beyond the client's timeout; None: no limit."""
+    retried: dict[str, str] | None = None
+    """Query parameters it carries when sent again (a claim's `retry`: an earlier attempt may have made it)."""
+    delays: tuple[float, ...] = RETRY_DELAYS
+    """Seconds to wait before each time it is sent again, when it is idempotent."""
+
+    def again(self) -> Call[T]:
+        """The call as sent again after a connection error or a 503."""
+        if self.retried is None:
+            return self
+        return replace(self, params={**(self.params or {}), **self.retried}, retried=None)
 
 
 class Reader(Protocol[T_co]):

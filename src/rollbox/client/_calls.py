@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from rollbox.client._call import (
     _none,
     _post,
 )
-from rollbox.client._http import Answer
+from rollbox.client._http import CLAIM_RETRY_DELAYS, Answer
 from rollbox.client._options import ClaimOptions, Command, OutputCallback, ProgressCallback, Source
 from rollbox.models import (
     ApplyEvent,
@@ -43,6 +44,9 @@ from rollbox.models import (
     FileInfo,
     ForkRequest,
     Health,
+    LeaseInfo,
+    LeaseRef,
+    LeaseRequest,
     ModelCallLog,
     SandboxInfo,
     SandboxStats,
@@ -72,6 +76,7 @@ _FILES = _json(TypeAdapter(list[FileInfo]))
 _ARCHIVE = _json(TypeAdapter(ArchiveResult))
 _MODEL_CALLS = _json(TypeAdapter(ModelCallLog))
 _TRAFFIC_TOKEN = _json(TypeAdapter(TrafficToken))
+_LEASE = _json(TypeAdapter(LeaseInfo))
 
 
 _BINARY = {"content-type": "application/octet-stream"}
@@ -192,16 +197,33 @@ def _sandbox(sandbox_id: str, tail: str = "") -> str:
     return f"/v1/sandboxes/{_name(sandbox_id)}{tail}"
 
 
-def create_sandbox(options: ClaimOptions) -> Call[SandboxInfo]:
-    return claim(_body(ClaimRequest, **options))
+def create_sandbox(options: ClaimOptions, lease: LeaseRef | None = None) -> Call[SandboxInfo]:
+    """A claim with a request key of its own, so that it can be sent again (unless the caller gives one, or None),
+    made under `lease` (the client's open lease) unless it names one, or None."""
+    fields: dict[str, Any] = {"request_key": secrets.token_hex(16), **options}
+    if lease is not None:
+        fields.setdefault("lease", lease)
+    return claim(_body(ClaimRequest, **fields))
 
 
 def claim(request: ClaimRequest) -> Call[SandboxInfo]:
-    return _post("/v1/sandboxes", _SANDBOX, request)
+    """Sent again after a connection error or a 503 when it has a request key, marked as sent again (`retry`). The
+    fields set, and only those, are sent: `shutdown_after: null` asks for no default."""
+    return Call("POST", "/v1/sandboxes", _SANDBOX, body=request.model_dump_json(exclude_unset=True), headers=JSON,
+                idempotent=request.request_key is not None, retried={"retry": "true"}, delays=CLAIM_RETRY_DELAYS)
 
 
-def list_sandboxes() -> Call[list[SandboxInfo]]:
-    return _get("/v1/sandboxes", _SANDBOXES)
+def list_sandboxes(request_key: str | None = None) -> Call[list[SandboxInfo]]:
+    return _get("/v1/sandboxes", _SANDBOXES, None if request_key is None else {"request_key": request_key})
+
+
+def renew_lease(lease_id: str, ttl: float) -> Call[LeaseInfo]:
+    return Call("PUT", f"/v1/leases/{_name(lease_id)}", _LEASE, body=_dump(LeaseRequest(ttl=ttl)), headers=JSON,
+                idempotent=True)
+
+
+def close_lease(lease_id: str) -> Call[None]:
+    return _delete(f"/v1/leases/{_name(lease_id)}")
 
 
 def get_sandbox(sandbox_id: str) -> Call[SandboxInfo]:

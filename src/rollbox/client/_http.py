@@ -21,7 +21,11 @@ DEFAULT_TIMEOUT = 60.0
 URL_CACHE = 4096
 """Parsed URLs kept, by path: a claim's calls reuse theirs rather than parse them again."""
 RETRY_DELAYS = (0.1, 0.4, 1.6)
-"""Seconds to wait before each retry of an idempotent call that hit a connection error or a 503."""
+"""Seconds to wait before each retry of an idempotent call that hit a connection error or a 503 (but not one that
+says sending it again will not help: `worth_again`)."""
+CLAIM_RETRY_DELAYS = (0.1, 0.4, 1.6, 3.2, 6.4)
+"""The same for a claim with a request key: it waits out a router's restart (seconds), since a claim given up on may
+have made a sandbox that nobody holds until its lease or `shutdown_after` ends it."""
 
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 """Methods whose requests say their body's length even when it is empty."""
@@ -152,7 +156,13 @@ def error_from(answer: Answer) -> errors.RollboxError:
         text = answer.text.strip()[:500] or answer.reason_phrase
         error_class = _BY_STATUS.get(answer.status_code, errors.RollboxError)
         return error_class(f"{answer.method} {answer.path} answered {answer.status_code}: {text}")
-    return errors.from_code(body.error.code, body.error.message)
+    return errors.from_code(body.error.code, body.error.message, body.error.retry)
+
+
+def worth_again(answer: Answer) -> bool:
+    """Whether an idempotent call that got `answer` is sent again: a 503, unless its error says the same call would
+    fail again (a node known to be down)."""
+    return answer.status_code == 503 and error_from(answer).retry is not False
 
 
 def connection_failed(base_url: str, method: str, path: str, error: httpx.TransportError) -> errors.ConnectionFailed:

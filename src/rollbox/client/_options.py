@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypedDict
 
-from rollbox.models import ApplyEvent
+from rollbox.models import ApplyEvent, LeaseRef
 from rollbox.spec import ModelGateway, Network, VolumeMount
 
 OutputCallback = Callable[[str], None]
@@ -46,6 +46,12 @@ class ClaimOptions(TypedDict, total=False):
     """The sandbox's own egress, within its template's: `{"mode": "none"}`, or an allowlist of fewer destinations."""
     on_timeout: Literal["delete", "pause", "pause_files"] | None
     """What `shutdown_after` does when it runs out: delete (the default) or pause the sandbox."""
+    request_key: str | None
+    """The claim's key (the SDK makes one): sent again with it after a connection error or a 503, it answers the
+    sandbox the first attempt made. None: no key, and the claim is not sent again (docs/faults.md)."""
+    lease: LeaseRef | dict[str, Any] | None
+    """The lease to claim under (`lease.ref`); by default the one the client has open (`client.lease(...)`), if
+    any. None: no lease."""
 
 
 class ExecOptions(TypedDict, total=False):

@@ -14,8 +14,9 @@ from rollbox import errors, tracing
 from rollbox.client import _calls as calls
 from rollbox.client._call import Call, StreamCall
 from rollbox.client._exchange import Exchange
-from rollbox.client._http import DEFAULT_TIMEOUT, RETRY_DELAYS, Settings, connection_failed
+from rollbox.client._http import DEFAULT_TIMEOUT, Settings, connection_failed, worth_again
 from rollbox.client._images import Images, Registries
+from rollbox.client._leases import DEFAULT_TTL, AsyncLease
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
 from rollbox.client._process_handles import AsyncProcessCommands, AsyncProcessHandle, AsyncShell, open_async_shell
 from rollbox.client._processes import BackgroundOptions
@@ -26,6 +27,7 @@ from rollbox.models import (
     ExecResult,
     FileInfo,
     Health,
+    LeaseRef,
     ModelCallLog,
     SandboxInfo,
     SandboxStats,
@@ -56,6 +58,8 @@ class AsyncSandboxClient:
         """Registry images: `await client.images.pull(...)`, `prefetch`, `list`, `remove`, `prune` (docs/images.md)."""
         self.registries = Registries(self._send)
         """The tenant's registry credentials: `login`, `list`, `logout`."""
+        self._leases: list[LeaseRef] = []
+        """The leases open, the last one the claims' (`lease`)."""
 
     @property
     def base_url(self) -> str:
@@ -70,12 +74,19 @@ class AsyncSandboxClient:
         """Claims a sandbox: a warm one from `warmpool` if it has one, else a new one from `template` or `snapshot`.
 
         Await it (`sandbox = await client.create_sandbox(...)`) or enter it
-        (`async with client.create_sandbox(...) as sandbox:`, which deletes the sandbox on exit).
+        (`async with client.create_sandbox(...) as sandbox:`, which deletes the sandbox on exit). Under the lease
+        the client has open, if any; sent again with its request key after a connection error or a 503.
         """
         return Claiming(self._claim(claim))
 
     async def _claim(self, claim: ClaimOptions) -> AsyncSandbox:
-        return AsyncSandbox(self, await self._send(calls.create_sandbox(claim)))
+        lease = self._leases[-1] if self._leases else None
+        return AsyncSandbox(self, await self._send(calls.create_sandbox(claim, lease)))
+
+    def lease(self, ttl: float = DEFAULT_TTL, *, lease_id: str | None = None) -> AsyncLease:
+        """A lease for the sandboxes this client claims while it is open: `async with client.lease(ttl=60): ...`
+        (see `SandboxClient.lease`)."""
+        return AsyncLease(self._send, self._leases, ttl, lease_id)
 
     async def get_sandbox(self, sandbox_id: str) -> AsyncSandbox:
         return AsyncSandbox(self, await self._send(calls.get_sandbox(sandbox_id)))
@@ -145,15 +156,16 @@ class AsyncSandboxClient:
         try:
             if isinstance(call, StreamCall):
                 return await exchange.streamed(call)
-            for delay in RETRY_DELAYS if call.idempotent else ():
+            for delay in call.delays if call.idempotent else ():
                 try:
                     response = await exchange.whole(call)
                 except httpx.TransportError:
                     pass
                 else:
-                    if response.status_code != 503:
+                    if not worth_again(response):
                         return call.parse(response)
                 await asyncio.sleep(delay)
+                call = call.again()
             response = await exchange.whole(call)
         except httpx.TransportError as error:
             raise connection_failed(self.base_url, call.method, call.path, error) from error

@@ -15,14 +15,15 @@ from rollbox.client import _calls as calls
 from rollbox.client._call import Call, StreamCall
 from rollbox.client._http import (
     DEFAULT_TIMEOUT,
-    RETRY_DELAYS,
     Answer,
     Settings,
     answer_of,
     connection_failed,
     error_from,
+    worth_again,
 )
 from rollbox.client._images import Images, Registries
+from rollbox.client._leases import DEFAULT_TTL, Lease
 from rollbox.client._options import ClaimOptions, Command, ExecOptions, ProgressCallback, Source
 from rollbox.client._process_handles import ProcessCommands, ProcessHandle, Shell, open_shell
 from rollbox.client._processes import BackgroundOptions
@@ -32,6 +33,7 @@ from rollbox.models import (
     ExecResult,
     FileInfo,
     Health,
+    LeaseRef,
     ModelCallLog,
     SandboxInfo,
     SandboxStats,
@@ -58,6 +60,8 @@ class SandboxClient:
         """Registry images: `pull`, `prefetch`, `list`, `remove`, `prune` (docs/images.md)."""
         self.registries = Registries(self._send)
         """The tenant's registry credentials: `login`, `list`, `logout`."""
+        self._leases: list[LeaseRef] = []
+        """The leases open, the last one the claims' (`lease`)."""
 
     @property
     def base_url(self) -> str:
@@ -69,8 +73,17 @@ class SandboxClient:
     # -- sandboxes ---------------------------------------------------------------------------
 
     def create_sandbox(self, **claim: Unpack[ClaimOptions]) -> Sandbox:
-        """Claims a sandbox: a warm one from `warmpool` if it has one, else a new one from `template` or `snapshot`."""
-        return Sandbox(self, self._send(calls.create_sandbox(claim)))
+        """Claims a sandbox: a warm one from `warmpool` if it has one, else a new one from `template` or `snapshot`.
+
+        Under the lease the client has open, if any. After a connection error or a 503 the claim is sent again with
+        its request key, which answers the sandbox an earlier attempt made, if it made one (docs/faults.md)."""
+        return Sandbox(self, self._send(calls.create_sandbox(claim, self._leases[-1] if self._leases else None)))
+
+    def lease(self, ttl: float = DEFAULT_TTL, *, lease_id: str | None = None) -> Lease:
+        """A lease for the sandboxes this client claims while it is open: `with client.lease(ttl=60): ...`. It is
+        renewed in the background every `ttl / 3` seconds; when it is closed, or not renewed within `ttl` (the
+        process died), its sandboxes end."""
+        return Lease(self._send, self._leases, ttl, lease_id)
 
     def get_sandbox(self, sandbox_id: str) -> Sandbox:
         return Sandbox(self, self._send(calls.get_sandbox(sandbox_id)))
@@ -139,15 +152,16 @@ class SandboxClient:
     def _deliver(self, call: Call[T] | StreamCall[T]) -> T:
         if isinstance(call, StreamCall):
             return self._stream(call)
-        for delay in RETRY_DELAYS if call.idempotent else ():
+        for delay in call.delays if call.idempotent else ():
             try:
                 response = self._request(call)
             except httpx.TransportError:
                 pass
             else:
-                if response.status_code != 503:
+                if not worth_again(response):
                     return call.parse(response)
             time.sleep(delay)
+            call = call.again()
         try:
             response = self._request(call)
         except httpx.TransportError as error:

@@ -24,6 +24,7 @@ from rollbox.engine import Engine
 from rollbox.engine.images.registry import RegistrySettings
 from rollbox.errors import InvalidRequest
 from rollbox.node import LocalNode
+from rollbox.node.local import DEFAULT_SHUTDOWN_AFTER
 from rollbox.server import create_app
 from rollbox.server.auth import ClusterSecret
 from rollbox.server.listen import server
@@ -41,7 +42,8 @@ class NodeAgent:
     def __init__(self, data_dir: str | Path, name: str, secret: str, *, max_sandboxes: int = 64,
                  tenant_quota: int | None = None, incarnation: str | None = None, log_level: str = "warning",
                  registries: RegistrySettings | None = None, image_budget: int | None = None,
-                 claim_caps: Limits | None = None) -> None:
+                 claim_caps: Limits | None = None,
+                 default_shutdown_after: float | None = DEFAULT_SHUTDOWN_AFTER) -> None:
         if not NODE_NAME.match(name):
             raise InvalidRequest(f"node name {name!r}: use lowercase letters, digits, '-' or '.' (at most 63)")
         ClusterSecret(secret)  # a weak secret fails before the data directory is touched
@@ -51,7 +53,7 @@ class NodeAgent:
         self.engine = Engine(data_dir, registries=registries, image_budget=image_budget)
         try:
             self.node = LocalNode(self.engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota, name=name,
-                                  claim_caps=claim_caps)
+                                  claim_caps=claim_caps, default_shutdown_after=default_shutdown_after)
         except BaseException:
             self.engine.close()
             raise

@@ -8,6 +8,7 @@ names (see `render`); anything else goes to the router.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,12 @@ COMMAND_WAIT = "1d"
 """How long nginx waits for a node's answer: a command may run that long (the router waits as long as it runs)."""
 CONNECT_TIMEOUT = "2s"
 """How long nginx tries to reach a node before the call goes to the router, which waits for the node to be back."""
+WARM_WAIT = "500ms"
+"""How long a node has to connect to and answer a warm-only claim before nginx asks the next: a node's warm claim
+takes a millisecond, so one that takes this long is frozen or swamped (docs/faults.md)."""
+FAIL_TIMEOUT = "2s"
+"""How long nginx leaves a node out of the warm claims' turn after it failed one (no connection, or no answer in
+WARM_WAIT): a node that stops answering leaves the rotation at once, not only when the router notices."""
 
 
 @dataclass(frozen=True)
@@ -50,12 +57,15 @@ class Routes:
 def targets(view: Mapping[str, NodeState]) -> tuple[dict[str, str], tuple[str, ...]]:
     """From the router's view: the nodes a call may go to straight, and those a warm claim may try.
 
-    A call on a sandbox may go to every node with an address that has not left the cluster. A node whose agent does
-    not answer stays: a call to it that finds nobody listening goes to the router, which waits for it. A claim may
-    try the nodes that are up (not those joining, whose templates are still being copied)."""
+    A call on a sandbox may go to every node with an address that has not left the cluster and is not down. A node
+    whose agent stopped answering a moment ago stays: a call to it that finds nobody listening goes to the router,
+    which waits for it a little (RESTART_WAIT). A down node's calls go to the router, which answers them at once. A
+    claim may try the nodes that are up (not those joining, whose templates are still being copied)."""
     nodes = {}
+    now = time.monotonic()
     for name, node in view.items():
-        if node.status != "lost" and node.url is not None and node.url.startswith("http://") and SAFE.fullmatch(name):
+        if (node.status != "lost" and not node.down(now) and node.url is not None and node.url.startswith("http://")
+                and SAFE.fullmatch(name)):
             nodes[name] = node.url.removeprefix("http://").rstrip("/")
     return nodes, tuple(sorted(name for name in nodes if view[name].status == "up"))
 
@@ -69,9 +79,10 @@ def render(routes: Routes, root: Path) -> str:
       file read or written, the sandbox described, its stats, its deletion), the id up to its last `-` as the
       router reads it, from the request's path as sent, so an encoded or dotted path never matches;
     - `$rollbox_upstream`: that node's agent when both are known, else the router;
-    - `$rollbox_claim_upstream`: for a claim of a known tenant, the nodes that take claims, tried in turn for a
-      ready warm sandbox (`warm_only`, server/sandboxes.py); a claim none can take warm goes to the router, which
-      places it as it always does (a cold start, a snapshot, volumes).
+    - `$rollbox_claim_way`: for a claim of a known tenant, the nodes that take claims, tried in turn for a
+      ready warm sandbox (`warm_only`, server/sandboxes.py), each within WARM_WAIT; a claim none can take warm goes
+      to the router, which places it as it always does (a cold start, a snapshot, volumes), and so does a claim
+      sent again (`retry`): the router asks every node for its request key first.
     """
     tenants = "\n".join(f'    "~^Bearer {_regex(token)}$" {tenant};'
                         for tenant, token in sorted((routes.tokens or {}).items())
@@ -79,16 +90,20 @@ def render(routes: Routes, root: Path) -> str:
     names = sorted(routes.nodes)
     upstreams = [f"  upstream rollbox_node_{index} {{ server {routes.nodes[name]}; {_KEEPALIVE} }}"
                  for index, name in enumerate(names)]
-    claim_map = ""
+    claim_map, warm_claims = "", ""
     if routes.claiming:
-        servers = " ".join(f"server {routes.nodes[name]} max_fails=0;" for name in routes.claiming)
+        servers = " ".join(f"server {routes.nodes[name]} max_fails=1 fail_timeout={FAIL_TIMEOUT};"
+                            for name in routes.claiming)
         upstreams.append(f"  upstream rollbox_claims {{ {servers} {_KEEPALIVE} }}")  # in turn, as the router spreads
-        claim_map = '    "~^POST\\|." rollbox_claims;'
+        claim_map = '    "~^POST\\|[^|]+\\|$" warm;'
+        warm_claims = _WARM_CLAIMS.format(root=root, calls=CALLS, max_body=routes.max_body, wait=WARM_WAIT,
+                                          warm_only=f"/v1/sandboxes?{WARM_ONLY.name}=true", secret=routes.secret,
+                                          tenant_header=TENANT_HEADER)
     return _CONFIG.format(
         root=root, listen=routes.listen, router=routes.router, keepalive=_KEEPALIVE, upstreams="\n".join(upstreams),
         tenants=tenants, open_default=OPEN_TENANT if not routes.tokens else '""', secret=routes.secret,
         node_map="\n".join(f'    "~^{_regex(name)}$" rollbox_node_{index};' for index, name in enumerate(names)),
-        claim_map=claim_map, warm_only=f"/v1/sandboxes?{WARM_ONLY.name}=true", tenant_header=TENANT_HEADER,
+        claim_map=claim_map, warm_claims=warm_claims, tenant_header=TENANT_HEADER,
         wait=COMMAND_WAIT, connect=CONNECT_TIMEOUT, max_body=routes.max_body,
         too_large=_json(too_large(routes.max_body)),
         dropped=_json(NodeUnavailable("node $rollbox_node stopped answering during the call: the sandbox's state is "
@@ -106,7 +121,7 @@ def _regex(text: str) -> str:
 
 def _json(error: RollboxError) -> str:
     """An nginx `return` of the API's answer to `error` (in a location whose default_type is JSON)."""
-    body = ErrorBody.of(error.code, str(error)).model_dump_json().replace("\\", "\\\\").replace("'", "\\'")
+    body = ErrorBody.of(error.code, str(error), error.retry).dumped().decode().replace("\\", "\\\\").replace("'", "\\'")
     return f"return {error.status} '{body}';"
 
 
@@ -183,24 +198,12 @@ http {{
     "~^(?:POST|DELETE)\\|rollbox_node_" 1;
     default 0;
   }}
-  map "$request_method|$rollbox_tenant" $rollbox_claim_upstream {{
-    default rollbox_router;
+  map "$request_method|$rollbox_tenant|$arg_retry" $rollbox_claim_way {{
+    default router;
 {claim_map}
   }}
-  map $rollbox_claim_upstream $rollbox_claim_target {{
-    rollbox_router $request_uri;
-    default {warm_only};
-  }}
-  map $rollbox_claim_upstream $rollbox_claim_authorization {{
-    rollbox_router $http_authorization;
-    default "Bearer {secret}";
-  }}
-  map $rollbox_claim_upstream $rollbox_claim_acting_for {{
-    rollbox_router "";
-    default $rollbox_tenant;
-  }}
-  map "$rollbox_claim_upstream|$status" $rollbox_claimed {{
-    "rollbox_claims|201" 1;
+  map $status $rollbox_claimed {{
+    201 1;
     default 0;
   }}
   log_format rollbox_call escape=json
@@ -258,21 +261,18 @@ http {{
     }}
     location = /v1/sandboxes {{
       # A claim: the nodes that take claims, in turn, until one has a warm sandbox for it; then the router.
+      if ($rollbox_claim_way = warm) {{ rewrite ^ /.rollbox/warm-claim? last; }}
       client_max_body_size {max_body};
       error_page 413 = @too_large;
-      proxy_next_upstream error timeout http_503 http_429 non_idempotent;
-      proxy_intercept_errors on;
-      error_page 502 503 504 = @claimed_by_router;
-      access_log {root}/{calls} rollbox_call if=$rollbox_claimed;
-      proxy_pass http://$rollbox_claim_upstream$rollbox_claim_target;
-      proxy_set_header Host $http_host;
-      proxy_set_header Connection "";
-      proxy_set_header Authorization $rollbox_claim_authorization;
-      proxy_set_header {tenant_header} $rollbox_claim_acting_for;
-    }}
-    location @claimed_by_router {{
       error_page 502 504 = @router_gone;
       proxy_pass http://rollbox_router;
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_set_header {tenant_header} "";
+    }}
+{warm_claims}    location @claimed_by_router {{
+      error_page 502 504 = @router_gone;
+      proxy_pass http://rollbox_router$request_uri;
       proxy_set_header Host $http_host;
       proxy_set_header Connection "";
       proxy_set_header {tenant_header} "";
@@ -286,3 +286,27 @@ http {{
   }}
 }}
 """
+
+_WARM_CLAIMS = """\
+    location = /.rollbox/warm-claim {{
+      internal;
+      client_max_body_size {max_body};
+      error_page 413 = @too_large;
+      proxy_connect_timeout {wait};
+      proxy_read_timeout {wait};
+      proxy_send_timeout {wait};
+      proxy_next_upstream error timeout http_404 http_429 http_503 non_idempotent;
+      proxy_intercept_errors on;
+      error_page 404 429 502 503 504 = @claimed_by_router;
+      access_log {root}/{calls} rollbox_call if=$rollbox_claimed;
+      proxy_pass http://rollbox_claims{warm_only};
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "Bearer {secret}";
+      proxy_set_header {tenant_header} $rollbox_tenant;
+    }}
+"""
+"""The warm claims' location, when some node takes claims: each node within `wait`, a 404 (no warm sandbox there) or
+a failure passing the claim to the next, and the router placing what none took. A node that failed (no connection,
+no answer in time) leaves the turn for FAIL_TIMEOUT; a 404 does not count as failing. A node that made a claim nginx
+stopped waiting for sees its caller gone, and drops it (server/sandboxes.py)."""

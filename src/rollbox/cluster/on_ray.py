@@ -21,6 +21,7 @@ import ray
 from ray.autoscaler.sdk import request_resources
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rollbox._logs import throttled
 from rollbox.cluster.agent import NodeAgent
 from rollbox.cluster.view import Member
 from rollbox.server.listen import listen_tcp
@@ -117,7 +118,7 @@ class RayMembers:
         try:
             self._urls[node_id] = ray.get(asking)
         except Exception as error:  # the actor is restarting, or failed to start: ask again next time
-            log.warning("node %s: its agent did not answer: %s", name, error)
+            throttled(log, logging.WARNING, "node %s: its agent did not answer: %s", name, error)
             return None
         return self._urls[node_id]
 
@@ -140,7 +141,12 @@ class RayMembers:
         self._asking.pop(node_id, None)
 
     def want_nodes(self, count: int) -> None:
-        log.warning("warm pools need %d rollbox nodes: asking Ray's autoscaler for them", count)
+        missing = count - len(self._actors)
+        if missing > 0:  # said only when nodes are really missing: a request for as many as run is routine
+            log.warning("warm pools need %d rollbox nodes, %d more than run: asking Ray's autoscaler for them",
+                        count, missing)
+        else:
+            log.info("warm pools need %d rollbox nodes: the autoscaler's request follows", count)
         if count > len(self._actors):
             self._released.clear()  # nodes not taken back yet serve again
         request_resources(bundles=[{RESOURCE: 1}] * count)

@@ -29,6 +29,7 @@ from rollbox.models import (
     Health,
     ImageInfo,
     ImagesRequest,
+    LeaseInfo,
     ModelCallLog,
     ProcessControl,
     ProcessEvent,
@@ -131,8 +132,8 @@ class RemoteNode:
     async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
         return await self.send(tenant, calls.claim(request))
 
-    async def claims(self, tenant: str) -> list[SandboxInfo]:
-        return await self.send(tenant, calls.list_sandboxes())
+    async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
+        return await self.send(tenant, calls.list_sandboxes(request_key))
 
     async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await self.send(tenant, calls.get_sandbox(sandbox_id))
@@ -170,6 +171,12 @@ class RemoteNode:
 
     async def set_shutdown_after(self, tenant: str, sandbox_id: str, seconds: float) -> SandboxInfo:
         return await self.send(tenant, calls.set_shutdown_after(sandbox_id, seconds))
+
+    async def renew_lease(self, tenant: str, lease_id: str, ttl: float) -> LeaseInfo:
+        return await self.send(tenant, calls.renew_lease(lease_id, ttl))
+
+    async def close_lease(self, tenant: str, lease_id: str) -> None:
+        await self.send(tenant, calls.close_lease(lease_id))
 
     # -- processes --------------------------------------------------------------------------
 

@@ -17,27 +17,23 @@ from typing import Any, TypeVar
 
 import httpx
 
+from rollbox._logs import throttled
+from rollbox.cluster.claims import ClusterClaims
 from rollbox.cluster.images import ClusterImages
-from rollbox.cluster.placement import ReadyEstimate
 from rollbox.cluster.pools import ClusterPool, read_pools
 from rollbox.cluster.processes import ClusterProcesses
 from rollbox.cluster.remote import RemoteNode, no_progress
 from rollbox.cluster.tunnel import open_tunnel
-from rollbox.cluster.view import NodeState
+from rollbox.cluster.view import RESTART_WAIT, NodeState
 from rollbox.cluster.volumes import ClusterVolumes
-from rollbox.cluster.watcher import SERVING, Members, Watcher, lost
-from rollbox.errors import (
-    CapacityExceeded,
-    NodeUnavailable,
-    SandboxNotFound,
-    SnapshotNotFound,
-    TemplateNotFound,
-)
+from rollbox.cluster.watcher import SERVING, Members, Watcher, down, lost
+from rollbox.errors import NodeUnavailable, SandboxNotFound, TemplateNotFound
 from rollbox.models import (
     ApplyStatus,
     ClaimRequest,
     ExecRequest,
     ExecResult,
+    LeaseInfo,
     ModelCallLog,
     SandboxInfo,
     SandboxStats,
@@ -53,10 +49,7 @@ from rollbox.spec import Network, Resource, SandboxTemplate
 
 log = logging.getLogger("rollbox.cluster")
 T = TypeVar("T")
-
-RESTART_WAIT = 5.0
-"""Seconds a call waits for a node agent that stopped answering while its node is still a member (Ray restarts
-it), before it answers 503."""
+__all__ = ["RESTART_WAIT", "ClusterNode"]
 
 
 class ClusterNode(ImageOperations, ClusterProcesses):
@@ -67,9 +60,9 @@ class ClusterNode(ImageOperations, ClusterProcesses):
         options = {} if tick is None else {"tick": tick}
         self.watcher = Watcher(members, self._remote, node_capacity=node_capacity, release_idle=release_idle,
                                **options)
-        self._ready = ReadyEstimate()
         self._volumes = ClusterVolumes(self._remote, self._answering)
         self._images = self.image_service = ClusterImages(self._remote, self._answering, self._serving, self._on_each)
+        self._claims = ClusterClaims(self.watcher, self._remote, self._answering, self._images, self._volumes)
         self.data_plane = data_plane
         """Who forwards commands and file calls to their nodes: "nginx" in front of the router, or the router
         itself (cluster/serve.py)."""
@@ -97,12 +90,14 @@ class ClusterNode(ImageOperations, ClusterProcesses):
         return [node for node in self.watcher.view.values() if node.status in SERVING and node.url is not None]
 
     async def _on_each(self, call: Callable[[RemoteNode], Awaitable[T]], nodes: list[NodeState]) -> list[T]:
-        """`call` on each of `nodes` at once; a node that fails to answer is left out (and logged)."""
-        answers = await asyncio.gather(*(call(self._remote(node.url)) for node in nodes), return_exceptions=True)
+        """`call` on each of `nodes` at once; a node that fails to answer, or stops answering, is left out (and
+        logged)."""
+        answers = await asyncio.gather(*(self.watcher.answering(node.name, call(self._remote(node.url)))
+                                         for node in nodes), return_exceptions=True)
         kept = []
         for node, answer in zip(nodes, answers, strict=True):
-            if isinstance(answer, httpx.TransportError):
-                log.warning("node %s did not answer: %s", node.name, answer)
+            if isinstance(answer, httpx.TransportError | NodeUnavailable):
+                throttled(log, logging.WARNING, "node %s did not answer: %s", node.name, answer)
             elif isinstance(answer, BaseException):
                 raise answer
             else:
@@ -113,7 +108,8 @@ class ClusterNode(ImageOperations, ClusterProcesses):
 
     async def _at(self, sandbox_id: str, call: Callable[[RemoteNode], Awaitable[T]]) -> T:
         """`call` on the node that serves `sandbox_id`. A connection refused (nothing was sent) waits for the node
-        agent to serve again and tries once more; a connection that breaks mid-call answers 503."""
+        agent to serve again (RESTART_WAIT after it stopped answering at most) and tries once more; a node down for
+        longer answers 503 at once; a connection that breaks mid-call answers 503."""
         name = sandbox_id.rpartition("-")[0]
         node = self.watcher.view.get(name)
         if node is None:
@@ -125,11 +121,13 @@ class ClusterNode(ImageOperations, ClusterProcesses):
         if node.status not in SERVING or node.url is None:
             if node.status == "lost":
                 raise lost(node)
-            node = await self.watcher.wait_serving(name, RESTART_WAIT)
+            if node.down():
+                raise down(name)
+            node = await self.watcher.wait_serving(name)
         try:
             return await call(self._remote(node.url))
         except (httpx.ConnectError, httpx.ConnectTimeout):
-            node = await self.watcher.wait_serving(name, RESTART_WAIT, failed=time.monotonic())
+            node = await self.watcher.wait_serving(name, failed=time.monotonic())
         except httpx.TransportError as error:
             raise NodeUnavailable(f"node {name} stopped answering during the call ({error}): the sandbox's state is "
                                   "unknown; check it, or try again") from None
@@ -140,43 +138,22 @@ class ClusterNode(ImageOperations, ClusterProcesses):
 
     # -- claims -----------------------------------------------------------------------------
 
-    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False) -> SandboxInfo:
-        """Placed by the router: `warm_only` is for a node's own claims, behind an edge."""
-        nodes = self._serving()
-        if request.snapshot:
-            nodes = await self._holding_snapshot(tenant, request.snapshot, nodes)
-        if request.volumes:
-            nodes = await self._volumes.for_claim(tenant, request.volumes, nodes)
-        self._ready.refresh(self.watcher.view)
-        refused: Exception | None = None
-        candidates = self._images.order(request.image, nodes) if request.image and not request.warmpool else \
-            self._ready.candidates(nodes, request.warmpool)
-        for name in candidates:
-            node = self.watcher.view[name]
-            self._ready.took(name, request.warmpool)
-            try:
-                info = await self._remote(node.url).claim(tenant, request)
-                if request.image:
-                    self._images.claimed(request.image, name)
-                return info
-            except (CapacityExceeded, httpx.TransportError) as error:
-                refused = error  # full, or gone since the last look: the next node may have room
-        if isinstance(refused, CapacityExceeded):
-            raise refused
-        raise NodeUnavailable("no node of the cluster serves claims now: see the router's /healthz")
+    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False, retry: bool = False
+                    ) -> SandboxInfo:
+        """Placed by the router (cluster/claims.py): `warm_only` is for a node's own claims, behind an edge."""
+        return await self._claims.claim(tenant, request, retry)
 
-    async def _holding_snapshot(self, tenant: str, name: str, nodes: list[NodeState]) -> list[NodeState]:
-        held = await asyncio.gather(*(self._remote(node.url).snapshots(tenant) for node in nodes),
-                                    return_exceptions=True)
-        holding = [node for node, snapshots in zip(nodes, held, strict=True)
-                   if isinstance(snapshots, list) and any(snapshot.name == name for snapshot in snapshots)]
-        if not holding:
-            raise SnapshotNotFound(f"snapshot {name!r} does not exist")
-        return holding
+    async def abandon(self, tenant: str, sandbox_id: str) -> None:
+        """A router's caller that hung up: the node agent judges its own caller (this router), which did not hang
+        up. The claim is found by the caller's retry with its request key, or ends with its lease or its
+        `shutdown_after`."""
 
-    async def claims(self, tenant: str) -> list[SandboxInfo]:
-        return [info for infos in await self._on_each(lambda node: node.claims(tenant),
-                                                                         self._answering()) for info in infos]
+    async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
+        if request_key is not None:
+            made = await self._claims.made(tenant, request_key)
+            return [] if made is None else [made]
+        return [info for infos in await self._on_each(lambda node: node.claims(tenant), self._answering())
+                for info in infos]
 
     async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await self._at(sandbox_id, lambda node: node.get(tenant, sandbox_id))
@@ -221,6 +198,18 @@ class ClusterNode(ImageOperations, ClusterProcesses):
     async def set_network(self, tenant: str, sandbox_id: str, network: Network) -> SandboxInfo:
         return await self._at(sandbox_id, lambda node: node.set_network(tenant, sandbox_id, network))
 
+    # -- leases (on the nodes that hold claims under them: docs/faults.md) ----------------------
+
+    async def renew_lease(self, tenant: str, lease_id: str, ttl: float) -> LeaseInfo:
+        held = await self._on_each(lambda node: node.renew_lease(tenant, lease_id, ttl), self._answering())
+        return LeaseInfo(id=lease_id, ttl=ttl, expires_at=time.time() + ttl,
+                         sandboxes=sum(info.sandboxes for info in held))
+
+    async def close_lease(self, tenant: str, lease_id: str) -> None:
+        await self._on_each(lambda node: node.close_lease(tenant, lease_id), self._answering())
+
+    # -- ports ------------------------------------------------------------------------------
+
     async def open_port(self, tenant: str, sandbox_id: str, port: int) -> PortStream:
         """A tunnel to the port through the sandbox's node agent (tunnel.py)."""
         return await self._at(sandbox_id, lambda node: open_tunnel(node.url, self._secret, tenant, sandbox_id, port))
@@ -235,7 +224,7 @@ class ClusterNode(ImageOperations, ClusterProcesses):
                                                                          self._answering()) for info in infos]
 
     async def delete_snapshot(self, tenant: str, name: str) -> None:
-        holding = await self._holding_snapshot(tenant, name, self._answering())
+        holding = await self._claims.holding_snapshot(tenant, name, self._answering())
         await asyncio.gather(*(self._remote(node.url).delete_snapshot(tenant, name) for node in holding))
 
     # -- volumes (each lives on one node: rollbox.cluster.volumes) -------------------------------

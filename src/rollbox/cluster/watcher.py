@@ -14,19 +14,22 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
+import httpx
 from anyio import to_thread
 
+from rollbox._logs import throttled
 from rollbox.cluster.placement import pool_shares
 from rollbox.cluster.pools import ClusterPool, read_pools
 from rollbox.cluster.remote import RemoteNode, no_progress
-from rollbox.cluster.view import Member, NodeState
+from rollbox.cluster.view import RESTART_WAIT, Member, NodeState
 from rollbox.errors import NodeLost, NodeUnavailable
 from rollbox.spec import API_VERSION, parse_resource
 
 log = logging.getLogger("rollbox.cluster")
+T = TypeVar("T")
 
 SERVING = frozenset({"up", "joining"})
 """States in which a node answers for the sandboxes it has (a joining node takes no new claims yet)."""
@@ -80,6 +83,8 @@ class Watcher:
         self._wake = asyncio.Event()
         self._waiting = 0
         """Calls waiting for a node to serve again: while there are any, looks come FAST_TICK apart."""
+        self._stopping: dict[str, set[asyncio.Future[None]]] = {}
+        """Per node, what waits to learn that it stopped answering (`answering`)."""
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -101,31 +106,50 @@ class Watcher:
                     await task
         await to_thread.run_sync(self.members.close)
 
-    async def wait_serving(self, name: str, timeout: float, failed: float = 0.0) -> NodeState:
-        """The node once a look after `failed` (monotonic time a call to it failed) finds it serving; NodeLost if
-        it leaves meanwhile, NodeUnavailable after `timeout`."""
-        deadline = time.monotonic() + timeout
+    async def wait_serving(self, name: str, failed: float = 0.0) -> NodeState:
+        """The node once a look after `failed` (monotonic time a call to it failed) finds it serving. NodeLost if it
+        leaves meanwhile; NodeUnavailable once it has not answered for RESTART_WAIT (at once when it is down)."""
         self._waiting += 1
         self._wake.set()
         try:
-            return await self._wait_serving(name, deadline, timeout, failed)
+            return await self._wait_serving(name, failed or time.monotonic())
         finally:
             self._waiting -= 1
 
-    async def _wait_serving(self, name: str, deadline: float, timeout: float, failed: float) -> NodeState:
+    async def _wait_serving(self, name: str, failed: float) -> NodeState:
         while True:
             node = self.view.get(name)
             if node is not None and node.status == "lost":
                 raise lost(node)
             if node is not None and node.status in SERVING and node.url is not None and node.seen > failed:
                 return node
-            left = deadline - time.monotonic()
+            silent = node.since if node is not None and node.status == "unreachable" else failed
+            left = silent + RESTART_WAIT - time.monotonic()
             if left <= 0:
-                raise NodeUnavailable(f"node {name} has not answered for {timeout:.0f} s: its agent is restarting "
-                                      "or cut off from the router; try again shortly")
+                raise down(name)
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(left, self.tick))
+
+    async def answering(self, name: str, call: Awaitable[T]) -> T:
+        """`call`'s answer, unless a look finds node `name` not answering first: then the call is cancelled (its
+        connection closed, so that the node drops a claim it makes for nobody) and NodeUnavailable raised. A frozen
+        node holds up nothing else."""
+        stopped = asyncio.get_running_loop().create_future()
+        waiting = self._stopping.setdefault(name, set())
+        waiting.add(stopped)
+        task = asyncio.ensure_future(call)
+        try:
+            await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.discard(stopped)
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        if not task.cancelled():
+            return task.result()
+        raise NodeUnavailable(f"node {name} stopped answering during the call; try again")
 
     async def _run(self) -> None:
         while True:
@@ -151,6 +175,12 @@ class Watcher:
                 view[state.name] = state
         self.view = view
         self._changed.set()
+        for name, waiting in self._stopping.items():
+            node = view.get(name)
+            if node is None or node.status not in SERVING:
+                for stopped in waiting:
+                    if not stopped.done():
+                        stopped.set_result(None)
         self._sync_returning()
         await self._spread_pools()
 
@@ -208,6 +238,8 @@ class Watcher:
                         log.warning("node %s: building template %s", node.name, name)
                         await target.apply(resource, no_progress)
             self._synced.add(key)
+        except (httpx.TransportError, NodeUnavailable) as error:  # it went again meanwhile
+            throttled(log, logging.WARNING, "node %s: copying templates failed (%s); trying again", node.name, error)
         except Exception:
             log.exception("node %s: copying templates failed; trying again", node.name)
         finally:
@@ -237,7 +269,7 @@ class Watcher:
                    if node.url is not None and not pool.kept_by(node, shares[name][node.name])]
         for failure in await asyncio.gather(*applies, return_exceptions=True):
             if isinstance(failure, Exception):
-                log.warning("placing a warm pool's share failed: %s; trying again", failure)
+                throttled(log, logging.WARNING, "placing a warm pool's share failed: %s; trying again", failure)
 
     def _autoscale(self, pools: dict[str, ClusterPool]) -> None:
         """Holds a request for as many nodes as the pools' replicas need (none when they need none). With
@@ -265,3 +297,8 @@ class Watcher:
 
 def lost(node: NodeState) -> NodeLost:
     return NodeLost(f"node {node.name} left the cluster, and its sandboxes with it: claim a new sandbox")
+
+
+def down(name: str) -> NodeUnavailable:
+    return NodeUnavailable(f"node {name} is down: its agent has not answered for {RESTART_WAIT:g} s or more; calls on "
+                           "its sandboxes answer at once until it is back", retry=False)

@@ -22,6 +22,7 @@ from rollbox.models.processes import (
     Signal,
 )
 from rollbox.models.sandboxes import (
+    KEY,
     MAX_EXEC_TIMEOUT,
     MAX_FORK,
     MAX_PATH,
@@ -41,6 +42,9 @@ from rollbox.models.sandboxes import (
     FileInfo,
     ForkRequest,
     Health,
+    LeaseInfo,
+    LeaseRef,
+    LeaseRequest,
     ModelCall,
     ModelCallLog,
     PositiveSeconds,
@@ -59,6 +63,7 @@ from rollbox.models.sandboxes import (
 )
 
 __all__ = [
+    "KEY",
     "MAX_EXEC_TIMEOUT",
     "MAX_FORK",
     "MAX_PATH",
@@ -82,6 +87,9 @@ __all__ = [
     "Health",
     "ImageInfo",
     "ImagesRequest",
+    "LeaseInfo",
+    "LeaseRef",
+    "LeaseRequest",
     "ModelCall",
     "ModelCallLog",
     "PositiveSeconds",

@@ -16,6 +16,8 @@ MAX_EXEC_TIMEOUT = 365 * 86400.0
 """The longest a command's timeout may be: past any run, within the agent's milliseconds and a socket's timeout."""
 MAX_PATH = 4096
 """Characters a working directory has at most: the kernel's PATH_MAX."""
+KEY = r"^[A-Za-z0-9._~:-]{1,128}$"
+"""A request key or a lease id: chosen by the caller, safe in a path and in nginx's configuration."""
 
 PositiveSeconds = Annotated[float, BeforeValidator(parse_seconds), Field(gt=0),
                             number_or_unit({"type": "number", "exclusiveMinimum": 0})]
@@ -30,6 +32,20 @@ class Request(BaseModel):
 
 
 # -- requests -------------------------------------------------------------------------------------
+
+class LeaseRef(Request):
+    """The lease a claim is made under (docs/faults.md): the caller's id for it, and the seconds it lasts unless
+    renewed."""
+
+    id: str = Field(pattern=KEY)
+    ttl: PositiveSeconds
+
+
+class LeaseRequest(Request):
+    """`PUT /v1/leases/{id}`: opens or renews a lease for `ttl` seconds from now."""
+
+    ttl: PositiveSeconds
+
 
 class ClaimLimits(Request):
     """What a claim asks of cpu, memory, processes and disk; what it leaves out is its template's (docs/images.md)."""
@@ -69,6 +85,14 @@ class ClaimRequest(Request):
     """What `shutdown_after` does when it runs out: delete the sandbox (None too), or pause it (`pause_files`:
     keeping its files alone, so it starts afresh over them when resumed). A paused sandbox waits, without an end,
     for a resume or traffic to its ports."""
+    request_key: str | None = Field(None, pattern=KEY)
+    """The caller's key for this claim: the same key from the same tenant, sent again within ten minutes, answers
+    the same sandbox instead of a new one, so a claim whose answer was lost can be sent again (the SDK makes one
+    per `create_sandbox`; docs/faults.md)."""
+    lease: LeaseRef | None = None
+    """The lease it is made under: the sandbox ends when the lease is closed or not renewed in time. A claim with
+    neither a lease nor `shutdown_after` gets the node's default `shutdown_after`; `shutdown_after: null`, sent as
+    such, asks for none."""
 
 
 class ExecRequest(Request):
@@ -149,6 +173,8 @@ class SandboxInfo(BaseModel):
     records it with the seed)."""
     network: Network | None = None
     """Its own network where its claim (or `set_network`) narrowed its template's; None: the template's."""
+    lease: str | None = None
+    """The id of the lease it was claimed under (it ends with the lease)."""
 
 
 class ExecResult(BaseModel):
@@ -236,6 +262,17 @@ class TemplateInfo(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     """What its Dockerfile said about running it, recorded but not acted on: `entrypoint`, `cmd`, `labels`,
     `exposedPorts`, `volumes`, `stopSignal`, `healthcheck`, `shell` (docs/dockerfile.md)."""
+
+
+class LeaseInfo(BaseModel):
+    """A lease as the nodes holding it see it."""
+
+    id: str
+    ttl: float
+    expires_at: float | None
+    """When it ends unless renewed; None once closed."""
+    sandboxes: int
+    """Sandboxes claimed under it that still run (on the nodes that answered)."""
 
 
 class WarmPoolInfo(BaseModel):
@@ -369,6 +406,9 @@ class ErrorDetail(BaseModel):
     code: str
     """A `rollbox.errors` class's `code`."""
     message: str
+    retry: bool | None = None
+    """Whether the same call, sent again soon, may succeed; left out when the status says it (a 503: yes). False
+    from a node known to be down."""
 
 
 class ErrorBody(BaseModel):
@@ -377,5 +417,9 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
     @classmethod
-    def of(cls, code: str, message: str) -> ErrorBody:
-        return cls(error=ErrorDetail(code=code, message=message))
+    def of(cls, code: str, message: str, retry: bool | None = None) -> ErrorBody:
+        return cls(error=ErrorDetail(code=code, message=message, retry=retry))
+
+    def dumped(self) -> bytes:
+        """As sent: `retry` only when it says something."""
+        return self.model_dump_json(exclude_none=True).encode()

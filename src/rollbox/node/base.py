@@ -19,6 +19,7 @@ from rollbox.models import (
     ExecResult,
     ImageInfo,
     ImagesRequest,
+    LeaseInfo,
     ModelCallLog,
     ProcessControl,
     ProcessEvent,
@@ -69,10 +70,18 @@ class Node(Protocol):
     async def delete_warmpool(self, name: str) -> None: ...
 
     # -- claims -----------------------------------------------------------------------------
-    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False) -> SandboxInfo:
-        """A ready sandbox: from a warm pool when one has it, else started cold. `warm_only`: never cold, but
-        NodeUnavailable at once, so that a router's edge tries another node (cluster/edge.py)."""
-    async def claims(self, tenant: str) -> list[SandboxInfo]: ...
+    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False, retry: bool = False
+                    ) -> SandboxInfo:
+        """A ready sandbox: from a warm pool when one has it, else started cold; the sandbox a claim with the same
+        `request_key` made, if there is one. `warm_only`: never cold, but NoWarmSandbox at once, so that a router's
+        edge tries another node (cluster/edge.py). `retry`: the claim is sent again, its earlier answer lost (a
+        router asks every node for its key)."""
+    async def abandon(self, tenant: str, sandbox_id: str) -> None:
+        """The caller of the claim that made the sandbox hung up before its answer: it ends, unless another caller
+        was handed it (docs/faults.md)."""
+    async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
+        """The tenant's sandboxes; with `request_key`, the one a claim with that key made (if any), waited for if
+        under way."""
     async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo: ...
     async def delete(self, tenant: str, sandbox_id: str) -> None: ...
     async def exec(self, tenant: str, sandbox_id: str, request: ExecRequest, on_stdout: OutputCallback | None = None,
@@ -95,6 +104,12 @@ class Node(Protocol):
     async def open_port(self, tenant: str, sandbox_id: str, port: int) -> PortStream:
         """A connection to `port` on the sandbox's loopback (docs/ports.md), resuming a paused sandbox first.
         PortClosed when nothing listens there."""
+
+    # -- leases (docs/faults.md) ------------------------------------------------------------
+    async def renew_lease(self, tenant: str, lease_id: str, ttl: float) -> LeaseInfo:
+        """Opens or renews the lease for `ttl` seconds from now."""
+    async def close_lease(self, tenant: str, lease_id: str) -> None:
+        """Ends the lease, and every sandbox claimed under it."""
 
     # -- processes (docs/processes.md) ------------------------------------------------------
     async def start_process(self, tenant: str, sandbox_id: str, request: ProcessRequest) -> ProcessInfo:

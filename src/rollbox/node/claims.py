@@ -19,7 +19,7 @@ import pydantic_core
 from rollbox.errors import AboutSandbox, SandboxNotFound
 from rollbox.models import SandboxInfo
 
-_TRANSIENT = {"last_used", "busy", "lock"}
+_TRANSIENT = {"last_used", "busy", "lock", "unconfirmed"}
 
 
 @dataclass
@@ -50,6 +50,11 @@ class Claim:
     seed: int | None = None
     """A deterministic sandbox's seed (docs/determinism.md)."""
     template_digest: str | None = None
+    request_key: str | None = None
+    """The caller's key for the claim that made it (node/keys.py)."""
+    lease: str | None = None
+    """The id of the lease it was claimed under (node/leases.py), and that lease's ttl then."""
+    lease_ttl: float | None = None
     paused: str | None = None
     """Who paused it: "user" (only an explicit resume wakes it) or "idle" (the next call does); traffic to its
     ports wakes it either way."""
@@ -61,6 +66,9 @@ class Claim:
     """Monotonic time of the last call; not stored, a restarted node starts the idle clock anew."""
     busy: int = 0
     """Calls in flight: an idle claim is one with none."""
+    unconfirmed: float = 0.0
+    """For a claim a restarted node found that was made just before it stopped (its answer may never have left): the
+    monotonic time it ends unless a call names it first (node/recovery.py). 0: confirmed."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     """Serialises what swaps or restarts the container (reset, fork, snapshot, pause, delete)."""
 
@@ -70,7 +78,7 @@ class Claim:
                            expires_at=self.expires_at, idle_pause_after=self.idle_pause_after,
                            snapshot=self.snapshot, parent=self.parent, labels=self.labels,
                            volumes=self.volumes, memory=self.memory, seed=self.seed,  # type: ignore[arg-type]
-                           template_digest=self.template_digest, network=self.network)
+                           template_digest=self.template_digest, network=self.network, lease=self.lease)
 
     def to_json(self) -> str:
         """The stored record, written with pydantic-core (faster than json.dumps; json reads it back)."""

@@ -49,6 +49,7 @@ class HeldClaims:
         claim = self.claims.get(sandbox_id)
         if claim is None or claim.tenant != tenant:
             raise gone(sandbox_id)
+        claim.unconfirmed = 0.0  # its tenant knows it
         return claim
 
     def busy(self, sandbox_id: str) -> bool:

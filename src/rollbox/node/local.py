@@ -24,14 +24,12 @@ from rollbox.engine import Engine
 from rollbox.errors import (
     CapacityExceeded,
     InvalidRequest,
-    NodeUnavailable,
     NotFound,
     SandboxNotFound,
 )
 from rollbox.models import (
     MAX_FORK,
     ApplyStatus,
-    ClaimRequest,
     ExecRequest,
     ExecResult,
     ModelCallLog,
@@ -45,6 +43,7 @@ from rollbox.models import (
 from rollbox.node import determinism
 from rollbox.node.base import OutputCallback
 from rollbox.node.capacity import Capacity
+from rollbox.node.claiming import ClaimOperations
 from rollbox.node.claims import Claim, as_sandbox, environment
 from rollbox.node.cost import CostMeters
 from rollbox.node.deletions import Deletions
@@ -52,6 +51,8 @@ from rollbox.node.files import FileOperations
 from rollbox.node.gateway import Gateway
 from rollbox.node.held import HeldClaims
 from rollbox.node.images import ImageOperations, NodeImages
+from rollbox.node.keys import ClaimKeys
+from rollbox.node.leases import LeaseOperations, Leases
 from rollbox.node.network import NetworkOperations
 from rollbox.node.ports import PortOperations
 from rollbox.node.processes import ProcessOperations
@@ -64,22 +65,29 @@ from rollbox.node.volumes import NodeVolumes, read_only
 from rollbox.node.writer import ClaimWriter
 from rollbox.spec import Limits, Resource
 
+DEFAULT_SHUTDOWN_AFTER = 3600.0
+"""Seconds a claim with neither a lease nor a `shutdown_after` of its own lasts (`--default-shutdown-after`): a
+trainer that crashed leaks its sandboxes for that long at most (docs/faults.md)."""
 
-class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations, PortOperations, NetworkOperations,
-                FileOperations):
+
+class LocalNode(ClaimOperations, ProcessOperations, SnapshotOperations, ImageOperations, PortOperations,
+                NetworkOperations, FileOperations, LeaseOperations):
     """The `Node` of this machine. Thread-safe; one per engine.
 
     `max_sandboxes` caps every container on the node (claimed, warm, starting, being deleted);
     `tenant_quota` caps the sandboxes one tenant holds at once; `cold_starts` caps the claims starting a
     container at the same time (the others wait their turn). A node of a cluster has a `name`, which starts
     every sandbox id it gives out (`<name>-<hex>`), so that any router can tell which node serves a sandbox.
+    A claim with neither a lease nor a `shutdown_after` of its own ends after `default_shutdown_after` seconds
+    (None: never).
     """
 
     def __init__(self, engine: Engine, *, max_sandboxes: int = 64, tenant_quota: int | None = None,
-                 cold_starts: int = 8, tick: float = 0.2, name: str | None = None, claim_caps: Limits | None = None
-                 ) -> None:
+                 cold_starts: int = 8, tick: float = 0.2, name: str | None = None, claim_caps: Limits | None = None,
+                 default_shutdown_after: float | None = DEFAULT_SHUTDOWN_AFTER) -> None:
         self.engine = engine
         self.name = name
+        self.default_shutdown_after = default_shutdown_after
         self._id_prefix = f"{name}-" if name else ""
         self.store = NodeStore(engine.data_dir / "node.db")
         self.closed = threading.Event()
@@ -93,12 +101,17 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations, PortOper
         self.node_images = self.image_service = NodeImages(engine, self.store)
         self.held = HeldClaims(engine, self.store, self.capacity, self.costs, self.node_volumes, self.deletions,
                                self.gateway.close)
+        self.keys = ClaimKeys(self.held.claims.get)
+        self.leases = Leases()
         recovered = recover(engine, self.store, self.capacity, self.resources, self.deletions)
         self.held.add(recovered)
+        self.keys.adopt(recovered)
+        self.leases.adopt(recovered)
         self.node_volumes.adopt(recovered)
         for claim in recovered:  # accounted from now: what they used before is unknown
             self.costs.open(claim.sandbox_id, claim.container_id)
-        self._sweeper = Sweeper(engine, self.store, self.capacity, self.resources, self.held, self.closed, tick)
+        self._sweeper = Sweeper(engine, self.store, self.capacity, self.resources, self.held, self.leases, self.closed,
+                                tick)
 
     # -- resources --------------------------------------------------------------------------
 
@@ -130,60 +143,12 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations, PortOper
 
     # -- claims -----------------------------------------------------------------------------
 
-    async def claim(self, tenant: str, request: ClaimRequest, *, warm_only: bool = False) -> SandboxInfo:
-        """Takes a warm container on the event loop; only a cold start goes to a thread."""
-        if warm_only and (request.snapshot or request.volumes or request.warmpool not in self.resources.pools):
-            raise NodeUnavailable(f"node {self.name} takes this claim from no warm pool of its own")
-        self.deletions.last_claim = time.monotonic()
-        template = await self.node_images.template_for(tenant, request, self.resources.pool) if request.image else \
-            self.resources.template_for(request)
-        limits = self.resources.claim_limits(template, request.limits)
-        snapshot = snapshot_key(tenant, request.snapshot) if request.snapshot else None
-        sandbox_id = self._new_id()
-        volumes = self.node_volumes.mounts_for(template, snapshot, request.volumes)
-        self.capacity.take_quota(tenant, 1)
-        try:
-            if volumes:  # held before the container starts: a second writer is refused at once
-                await to_thread.run_sync(self.node_volumes.reserve, tenant, sandbox_id, volumes)
-            cold = snapshot or volumes or limits or determinism.needs_cold(self.engine, template, request.seed)
-            warm = None if cold else self.resources.take_warm(template, request.warmpool, count_miss=not warm_only)
-            if warm is None and warm_only:
-                raise NodeUnavailable(f"node {self.name} has no ready warm sandbox for this claim")
-            container_id = warm or await to_thread.run_sync(self.resources.start_cold, template, snapshot,
-                                                            self.node_volumes.engine_mounts(tenant, volumes), limits,
-                                                            request.seed)
-            try:
-                env = request.env or {}
-                gateway = self.gateway.config_for(request.model_gateway,
-                                                  template or self.engine.info(container_id).template)
-                if gateway is not None:
-                    env = {**env, **await self.gateway.open(sandbox_id, container_id, gateway)}
-                now, network = time.time(), await self._claim_network(container_id, request.network)
-                claim = Claim(
-                    sandbox_id=sandbox_id, tenant=tenant, container_id=container_id, created_at=now,
-                    template=template or self.engine.info(container_id).template, warmpool=request.warmpool,
-                    snapshot=request.snapshot, shutdown_after=request.shutdown_after,
-                    expires_at=now + request.shutdown_after if request.shutdown_after else None,
-                    idle_pause_after=request.idle_pause_after, env=env, labels=request.labels or {},
-                    last_used=time.monotonic(), volumes=volumes, on_timeout=request.on_timeout or "delete",
-                    memory=snapshot is not None and self.engine.carries_memory(container_id), network=network,
-                    limits=limits.model_dump() if limits else None,
-                )
-                await determinism.start_async(self.engine, claim, request.seed)
-                await self._writer.put(claim)
-            except BaseException:
-                self.gateway.close(sandbox_id)
-                self.deletions.discard([container_id])
-                raise
-        except BaseException:
-            self.capacity.give_quota(tenant, 1)
-            self.node_volumes.release(sandbox_id)
-            raise
-        self.held.add([claim])
-        self.costs.open(claim.sandbox_id, container_id)
-        return claim.info()
-
-    async def claims(self, tenant: str) -> list[SandboxInfo]:
+    async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
+        """The tenant's sandboxes; with `request_key`, the one its claim made (waited for while under way), if
+        any: whoever asks holds it now."""
+        if request_key is not None:
+            found = await self.keys.find(tenant, request_key)
+            return [] if found is None else [found]
         owned = [claim for claim in list(self.held.claims.values()) if claim.tenant == tenant]
         owned.sort(key=lambda c: c.created_at)
         # Each claim's state reads its runtime's state file: a long list is read off the event loop.
@@ -291,7 +256,8 @@ class LocalNode(ProcessOperations, SnapshotOperations, ImageOperations, PortOper
                 idle_pause_after=parent.idle_pause_after, env=dict(parent.env), labels=dict(parent.labels),
                 parent=parent.sandbox_id, last_used=idle_clock, volumes=read_only(parent.volumes),
                 memory=self.engine.carries_memory(container.id), seed=container.info.seed,
-                template_digest=parent.template_digest, network=parent.network,
+                template_digest=parent.template_digest, network=parent.network, lease=parent.lease,
+                lease_ttl=parent.lease_ttl,
             ) for container in containers]
             for child in children:
                 self.node_volumes.hold(child.tenant, child.sandbox_id, child.volumes)

@@ -3,6 +3,11 @@
 Every claim gets its container back (one the engine keeps stopped stays so, for a reset) and every pool its
 ready ones; whatever neither holds is deleted, and a claim whose container is gone, or a snapshot the engine
 lost, is forgotten.
+
+A node killed between recording a claim and answering it cannot tell whether the answer left: the caller may have
+claimed elsewhere since (nginx and routers try the next node). So a claim made in the last RECENT seconds before the
+node was last alive (`ALIVE`, touched by the sweeper) stays unconfirmed: it ends CONFIRM_WINDOW after the restart
+unless a call names it first, or its request key is sent again (docs/faults.md).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 
 from rollbox.engine import Engine
 from rollbox.node.capacity import Capacity
@@ -21,10 +27,25 @@ from rollbox.spec import SandboxWarmPool
 
 log = logging.getLogger("rollbox.node")
 
+ALIVE = "node.alive"
+"""A file in the data directory whose modification time is when the node was last alive."""
+RECENT = 10.0
+"""Seconds before the node was last alive in which a claim's answer may not have left."""
+CONFIRM_WINDOW = 30.0
+"""Seconds after a restart in which a call must name such a claim, or it ends."""
+
+
+def mark_alive(data_dir: Path) -> None:
+    (data_dir / ALIVE).touch()
+
 
 def recover(engine: Engine, store: NodeStore, capacity: Capacity, resources: Resources, deletions: Deletions
             ) -> list[Claim]:
     """Fills a new node's pools and counts from its store and its engine; returns the claims it holds."""
+    try:
+        last_alive = (engine.data_dir / ALIVE).stat().st_mtime
+    except OSError:
+        last_alive = None
     containers = engine.list()
     alive = {info.id for info in containers}
     running = {info.id for info in containers if info.state != "stopped"}
@@ -37,6 +58,8 @@ def recover(engine: Engine, store: NodeStore, capacity: Capacity, resources: Res
             store.delete_claim(claim)
             continue
         claim.last_used = time.monotonic()
+        if last_alive is not None and claim.created_at >= last_alive - RECENT:
+            claim.unconfirmed = claim.last_used + CONFIRM_WINDOW
         claims.append(claim)
         tenants[claim.tenant] += 1
         held.add(claim.container_id)

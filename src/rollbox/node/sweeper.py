@@ -1,5 +1,6 @@
-"""The node's housekeeping thread: it ends claims past `shutdown_after`, pauses idle sandboxes, shrinks warm
-pools once their bursts have passed, and every RECONCILE_EVERY seconds forgets what the engine lost."""
+"""The node's housekeeping thread: it ends claims past `shutdown_after`, whose lease ended, or found unconfirmed after a
+restart and never named since; pauses idle sandboxes, shrinks warm pools once their bursts have passed, every
+RECONCILE_EVERY seconds forgets what the engine lost, and marks the node alive."""
 
 from __future__ import annotations
 
@@ -12,20 +13,25 @@ from rollbox.errors import SandboxNotFound
 from rollbox.node.capacity import Capacity
 from rollbox.node.claims import Claim, as_sandbox
 from rollbox.node.held import HeldClaims
+from rollbox.node.leases import Leases
+from rollbox.node.recovery import mark_alive
 from rollbox.node.resources import Resources
 from rollbox.node.store import NodeStore
 
 log = logging.getLogger("rollbox.node")
 
 RECONCILE_EVERY = 5.0
+ALIVE_EVERY = 1.0
+"""Seconds between two marks that the node is alive (node/recovery.py)."""
 
 
 class Sweeper:
     """Sweeps the node every `tick` seconds, in a thread of its own, until the node closes."""
 
     def __init__(self, engine: Engine, store: NodeStore, capacity: Capacity, resources: Resources, held: HeldClaims,
-                 closed: threading.Event, tick: float) -> None:
+                 leases: Leases, closed: threading.Event, tick: float) -> None:
         self.engine = engine
+        self.leases = leases
         self.store = store
         self.capacity = capacity
         self.resources = resources
@@ -38,9 +44,13 @@ class Sweeper:
         self._thread.join()
 
     def _run(self, tick: float) -> None:
-        reconciled = time.monotonic()
+        reconciled = marked = time.monotonic()
+        mark_alive(self.engine.data_dir)
         while not self.closed.wait(tick):
             now, clock = time.time(), time.monotonic()
+            if clock - marked >= ALIVE_EVERY:
+                marked = clock
+                mark_alive(self.engine.data_dir)
             if clock - reconciled >= RECONCILE_EVERY:
                 reconciled = clock
                 try:
@@ -48,11 +58,14 @@ class Sweeper:
                 except Exception:
                     log.exception("reconciling with the engine failed")
             self.resources.shrink()
+            ended = self.leases.ended(now)
             for claim in list(self.held.claims.values()):
                 try:
-                    if claim.expires_at is not None and claim.expires_at <= now and claim.on_timeout != "delete":
+                    expired = claim.expires_at is not None and claim.expires_at <= now
+                    if expired and claim.on_timeout != "delete":
                         self._timeout_pause(claim)
-                    elif claim.expires_at is not None and claim.expires_at <= now:
+                    elif (expired or (claim.lease is not None and (claim.tenant, claim.lease) in ended)
+                            or 0 < claim.unconfirmed <= clock):
                         self.held.end(claim)
                     elif (claim.idle_pause_after and not claim.paused and not claim.busy
                           and clock - claim.last_used >= claim.idle_pause_after):

@@ -10,11 +10,11 @@ from starlette.responses import Response
 from starlette.types import ASGIApp
 
 from rollbox._version import __version__
-from rollbox.errors import RollboxError
 from rollbox.node import Node
-from rollbox.server import agent_sandbox, e2b, images, openapi, ports, processes, resources, sandboxes
+from rollbox.server import agent_sandbox, e2b, images, leases, openapi, ports, processes, resources, sandboxes
 from rollbox.server.auth import ClusterSecret, SandboxTokens, Tenants
 from rollbox.server.dashboard import routes as dashboard
+from rollbox.server.failures import logged
 from rollbox.server.limits import BodyLimit
 from rollbox.server.metrics import Metrics
 from rollbox.server.ports import DEFAULT_DOMAINS, TRAFFIC, Ports
@@ -54,6 +54,7 @@ def create_app(node: Node, tokens: dict[str, str] | None = None, *, admins: Iter
     resources.add_routes(routes, node)
     images.add_routes(routes, node)
     add_volume_routes(routes, node)
+    leases.add_routes(routes, node)
     dashboard.add_routes(routes, node, metrics.activity)
     traffic = SandboxTokens(tokens, TRAFFIC)
     if cluster_secret is None:  # a node agent's router holds the tokens
@@ -104,15 +105,12 @@ def _settle_collector() -> None:
 
 
 def _failure(metrics: Metrics) -> Failure:
-    """Every error answers `{"error": {"code", "message"}}`; client mistakes are 4xx, never 500."""
+    """Every error answers `{"error": {"code", "message"}}`; client mistakes are 4xx, never 500. Only what is
+    unexpected is logged with its traceback (failures.py)."""
 
     def fail(error: Exception) -> Response:
-        if not isinstance(error, RollboxError):
-            log.error("request failed", exc_info=error)
-            error = RollboxError(f"the server failed: {error}; see its log")
-        elif error.status >= 500:
-            log.error("request failed", exc_info=error)
-        metrics.failures.labels(error.code).inc()
-        return error_response(error)
+        answered = logged(error, log, "a request")
+        metrics.failures.labels(answered.code).inc()
+        return error_response(answered)
 
     return fail

@@ -30,7 +30,7 @@ def json_response(value: Any, status: int = 200) -> Response:
 
 def error_response(error: RollboxError) -> Response:
     """The answer for any error: `ErrorBody` with the status of the error's class."""
-    return json_response(ErrorBody.of(error.code, str(error)), error.status)
+    return JsonResponse(ErrorBody.of(error.code, str(error), error.retry).dumped(), error.status)
 
 
 def no_content() -> Response:

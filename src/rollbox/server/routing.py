@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from starlette.convertors import StringConvertor
 from starlette.datastructures import URL, QueryParams
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
@@ -72,6 +72,9 @@ class RouteSpec:
     auth: bool = True
     admin: bool = False
     """Only the server's admins may call it (see auth.Tenants)."""
+    request: bool = False
+    """The handler takes the Starlette `request` too: to ask whether its caller is still there
+    (`request.is_disconnected()`)."""
 
 
 class Routes:
@@ -82,10 +85,11 @@ class Routes:
         self.specs: list[RouteSpec] = []
 
     def add(self, method: str, path: str, *, body: type[BaseModel] | type[bytes] | None = None, answer: Any = None,
-            status: int = 200, query: tuple[Query, ...] = (), auth: bool = True,
-            admin: bool = False) -> Callable[[Handler], Handler]:
+            status: int = 200, query: tuple[Query, ...] = (), auth: bool = True, admin: bool = False,
+            request: bool = False) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
-            self.specs.append(RouteSpec(method, path, handler, body, answer, status, list(query), auth, admin))
+            self.specs.append(RouteSpec(method, path, handler, body, answer, status, list(query), auth, admin,
+                                        request))
             return handler
         return register
 
@@ -96,8 +100,8 @@ class Routes:
         return Router(routes, fail, startup)
 
     def _endpoint(self, spec: RouteSpec) -> Endpoint:
-        tenants, handler, body, query, auth, admin = (self.tenants, spec.handler, spec.body, spec.query, spec.auth,
-                                                      spec.admin)
+        tenants, handler, body, query, auth, admin, request = (self.tenants, spec.handler, spec.body, spec.query,
+                                                               spec.auth, spec.admin, spec.request)
         model = body if isinstance(body, type) and issubclass(body, BaseModel) else None
 
         async def endpoint(scope: Scope, receive: Receive, args: dict[str, Any]) -> Response:
@@ -114,6 +118,8 @@ class Routes:
                 args["body"] = parse(model, await read_body(receive))
             elif body is bytes:
                 args["body"] = await read_body(receive)
+            if request:
+                args["request"] = Request(scope, receive)
             return await handler(**args)
 
         return endpoint

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
+from starlette.requests import Request
 from starlette.responses import Response
 
+from rollbox._logs import throttled
 from rollbox.errors import InvalidRequest, RollboxError
 from rollbox.models import (
     ArchiveResult,
@@ -25,18 +28,25 @@ from rollbox.models import (
 )
 from rollbox.node import Node
 from rollbox.server.auth import ClusterSecret
+from rollbox.server.hangups import hung_up
 from rollbox.server.metrics import Metrics
 from rollbox.server.responses import json_response, no_content
 from rollbox.server.routing import Query, Routes
 from rollbox.server.streams import Emit, ndjson
 from rollbox.spec import Network
 
+log = logging.getLogger("rollbox.server")
+
 PATH = Query("path")
 MAX_METADATA_KEY = 250
 """Bytes a metadata key may have: the kernel's 255 for an extended attribute's name, less its `user.`."""
 WARM_ONLY = Query("warm_only", bool, False)
-"""A node agent's claims only: take a warm sandbox or answer 503 at once, for a router's edge that tries the nodes in
-turn (rollbox/cluster/edge.py)."""
+"""A node agent's claims only: take a warm sandbox or answer 404 no_warm_sandbox at once, for a router's edge that
+tries the nodes in turn (rollbox/cluster/edge.py)."""
+RETRY = Query("retry", bool, False)
+"""A claim sent again with its `request_key` after its answer was lost: an earlier attempt may have made it (a
+cluster's router asks every node for the key first; docs/faults.md)."""
+REQUEST_KEY = Query("request_key", str, None)
 
 EXIT_CODE_HEADER = "x-rollbox-exit-code"
 """A command's exit code, also in the header of its answer: for the router's edge, which logs the commands it
@@ -49,18 +59,24 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
     # -- claims -----------------------------------------------------------------------------
 
     @add("POST", "/v1/sandboxes", body=ClaimRequest, answer=SandboxInfo, status=201,
-         query=(WARM_ONLY,) if isinstance(routes.tenants, ClusterSecret) else ())
-    async def create_sandbox(tenant: str, body: ClaimRequest, warm_only: bool = False) -> Response:
-        """Claims a sandbox: warm from a pool when one has it, else started from its template or snapshot."""
+         query=(RETRY, WARM_ONLY) if isinstance(routes.tenants, ClusterSecret) else (RETRY,), request=True)
+    async def create_sandbox(tenant: str, body: ClaimRequest, request: Request, retry: bool,
+                             warm_only: bool = False) -> Response:
+        """Claims a sandbox: warm from a pool when one has it, else started from its template or snapshot. The same
+        `request_key` sent again answers the same sandbox."""
         started = time.perf_counter()
-        info = await node.claim(tenant, body, warm_only=warm_only)
+        info = await node.claim(tenant, body, warm_only=warm_only, retry=retry)
+        if await hung_up(request):  # nobody is left to hold it
+            await node.abandon(tenant, info.id)
+            throttled(log, logging.INFO, "a claim's caller hung up before its answer (sandbox %s)", info.id)
         metrics.record_claim(time.perf_counter() - started)
         return json_response(info, 201)
 
-    @add("GET", "/v1/sandboxes", answer=list[SandboxInfo])
-    async def list_sandboxes(tenant: str) -> Response:
-        """Lists the tenant's sandboxes."""
-        return json_response(await node.claims(tenant))
+    @add("GET", "/v1/sandboxes", answer=list[SandboxInfo], query=(REQUEST_KEY,))
+    async def list_sandboxes(tenant: str, request_key: str | None) -> Response:
+        """Lists the tenant's sandboxes; with `request_key`, the one a claim with that key made, if any (a claim
+        under way is waited for)."""
+        return json_response(await node.claims(tenant, request_key))
 
     @add("GET", "/v1/sandboxes/{sandbox_id}", answer=SandboxInfo)
     async def get_sandbox(tenant: str, sandbox_id: str) -> Response:

@@ -15,6 +15,7 @@ from rollbox.engine import DEFAULT_DATA_DIR, Engine
 from rollbox.engine.images.registry import RegistrySettings
 from rollbox.errors import InvalidRequest
 from rollbox.node import LocalNode
+from rollbox.node.local import DEFAULT_SHUTDOWN_AFTER
 from rollbox.node.store import NodeStore
 from rollbox.server.app import DEFAULT_MAX_BODY, create_app
 from rollbox.server.auth import Tenants
@@ -30,14 +31,15 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
           admins: Iterable[str] = (), tenant_quota: int | None = None, max_body: int = DEFAULT_MAX_BODY,
           log_level: str = "warning", delete_on_exit: bool = False, registries: RegistrySettings | None = None,
           image_budget: int | None = None, claim_caps: Limits | None = None,
-          sandbox_domains: tuple[str, ...] = DEFAULT_DOMAINS, in_cluster: bool = False) -> None:
+          sandbox_domains: tuple[str, ...] = DEFAULT_DOMAINS, in_cluster: bool = False,
+          default_shutdown_after: float | None = DEFAULT_SHUTDOWN_AFTER) -> None:
     """Serves the HTTP API until interrupted (SIGINT/SIGTERM); sandboxes and claims outlive it, for the next server
     on `data_dir` to adopt, unless `delete_on_exit` (see delete_everything).
 
     `socket` serves on that unix socket instead of `host` and `port`: only its owner may connect, and it costs
     less per call than loopback TCP. `admins` names the tenants whose tokens may change templates and warm pools
     (open: everyone). `registries`, `image_budget` and `claim_caps`: see docs/images.md; `sandbox_domains` and
-    `in_cluster`: docs/ports.md and docs/compat-agent-sandbox.md."""
+    `in_cluster`: docs/ports.md and docs/compat-agent-sandbox.md; `default_shutdown_after`: docs/faults.md."""
     if socket is None:
         refuse_open(host, tokens)
     admins = tuple(admins)
@@ -46,7 +48,8 @@ def serve(data_dir: str | Path = DEFAULT_DATA_DIR, host: str = "127.0.0.1", port
     engine = Engine(data_dir, registries=registries, image_budget=image_budget)
     try:
         with listening(Path(socket) if socket is not None else None) as listener:
-            node = LocalNode(engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota, claim_caps=claim_caps)
+            node = LocalNode(engine, max_sandboxes=max_sandboxes, tenant_quota=tenant_quota, claim_caps=claim_caps,
+                             default_shutdown_after=default_shutdown_after)
             try:
                 run_app(create_app(node, tokens, admins=admins, max_body=max_body, sandbox_domains=sandbox_domains,
                                    in_cluster=in_cluster), host, port, listener, log_level)

@@ -11,6 +11,7 @@ from typing import Any
 from starlette.responses import Response, StreamingResponse
 
 from rollbox.errors import RollboxError
+from rollbox.server.failures import logged
 
 log = logging.getLogger("rollbox.server")
 
@@ -62,8 +63,5 @@ async def ndjson(produce: Callable[[Emit], Awaitable[None]], error_event: Callab
 
 
 def as_rollbox_error(error: Exception) -> RollboxError:
-    """The error to show a client; anything unexpected is logged and shown as `internal`."""
-    if isinstance(error, RollboxError):
-        return error
-    log.error("stream failed", exc_info=error)
-    return RollboxError(f"the server failed: {error}; see its log")
+    """The error to show a client, logged as what it is (failures.py); anything unexpected is shown as `internal`."""
+    return logged(error, log, "a stream")

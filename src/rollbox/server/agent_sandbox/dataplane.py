@@ -32,6 +32,7 @@ from rollbox.server.agent_sandbox.claims import Claims
 from rollbox.server.agent_sandbox.objects import DEFAULT_NAMESPACE
 from rollbox.server.agent_sandbox.pods import TENANT_KEY as POD_TENANT
 from rollbox.server.auth import TENANT_HEADER, ClusterSecret, Tenants
+from rollbox.server.failures import logged
 from rollbox.server.ports.http import forwarded
 from rollbox.server.responses import json_response
 from rollbox.server.routing import header, json_object, read_body
@@ -100,13 +101,9 @@ class DataPlane:
             response = await self._serve(scope, receive, prefix, path)
         except ClientDisconnect:
             return
-        except RollboxError as error:
-            if error.status >= 500:
-                log.error("data-plane call failed", exc_info=error)
-            response = detail(error.status, str(error))
-        except Exception as error:  # a bug: answered as everywhere else, and logged
-            log.error("data-plane call failed", exc_info=error)
-            response = detail(500, f"the server failed: {error}; see its log")
+        except Exception as error:  # a command past its time is one line; a bug, a traceback (failures.py)
+            answered = logged(error, log, "a data-plane call")
+            response = detail(answered.status, str(answered))
         await response(scope, receive, send)
 
     async def _port(self, scope: Scope, receive: Receive, send: Send) -> None:
