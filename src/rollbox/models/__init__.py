@@ -4,10 +4,11 @@ The server validates and writes these; the SDK writes and reads the same classes
 not drift apart. Requests forbid unknown fields (a misspelt one is an error, not ignored); answers
 ignore fields they do not know, so an older SDK keeps working against a newer router. Limits that
 a request must respect (the fork cap) live on its model. Import them from here: `sandboxes` holds
-the sandboxes' shapes, `processes` those of background processes and shell sessions, and `images`
-those of registry images, and `ports` those of ports into a sandbox.
+the sandboxes' shapes, `processes` those of background processes and shell sessions, `images` those of
+registry images, `ports` those of ports into a sandbox, and `gateway` those of a sandbox's model calls.
 """
 
+from rollbox.models.gateway import ModelCall, ModelCallLog
 from rollbox.models.images import ImageInfo, ImagesRequest, PullEvent, RegistryInfo, RegistryLogin
 from rollbox.models.ports import TRAFFIC_TOKEN_HEADER, TrafficToken
 from rollbox.models.processes import (
@@ -45,8 +46,6 @@ from rollbox.models.sandboxes import (
     LeaseInfo,
     LeaseRef,
     LeaseRequest,
-    ModelCall,
-    ModelCallLog,
     PositiveSeconds,
     Request,
     SandboxInfo,
