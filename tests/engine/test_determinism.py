@@ -14,11 +14,25 @@ import pytest
 from rollbox.engine import Container, Engine
 from rollbox.errors import InvalidRequest
 from rollbox.spec import SandboxTemplate
-from tests.support.determinism import PROBES, TEMPLATE
+from tests.support.determinism import PROBES, TEMPLATE, TEMPORARY_NAMES
 
-GVISOR_GAPS = {"mktemp"}
-"""What this gVisor release cannot make deterministic: it cannot turn address randomisation off, and coreutils'
-mktemp mixes a stack address into the names of the files it creates (docs/determinism.md)."""
+STACK_PROGRAM = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+int main(void) {
+    int local;
+    pthread_attr_t attr;
+    void *low;
+    size_t size;
+    pthread_getattr_np(pthread_self(), &attr);
+    pthread_attr_getstack(&attr, &low, &size);
+    printf("%p %s\n", (void *)&local, (char *)&local >= (char *)low && (char *)&local < (char *)low + size ?
+           "within the stack it is told of" : "outside the stack it is told of");
+    return 0;
+}
+"""
+"""Where main's local variables are, and whether that is within the stack pthread_getattr_np tells of."""
 
 pytestmark = pytest.mark.slow
 
@@ -58,19 +72,28 @@ def _burn() -> subprocess.Popen:
 
 
 def test_two_episodes_of_the_same_commands_agree_byte_for_byte(engine: Engine, templates: None, runtime: str) -> None:
+    probes = PROBES + TEMPORARY_NAMES
     with engine.create(_name(runtime)) as box:
-        first = _observe(box)
+        first = _observe(box, probes)
     time.sleep(1.3)  # the host's wall clock and uptime move on; the second episode runs under load
     burner = _burn()
     try:
         with engine.create(_name(runtime)) as box:
-            second = _observe(box)
+            second = _observe(box, probes)
     finally:
         burner.kill()
         burner.wait()
     assert all(text.startswith("[0]") for text in first.values()), first
-    assert _differing(first, second) == (GVISOR_GAPS if runtime == "runsc" else set()), \
-        {name: (first[name], second[name]) for name in _differing(first, second)}
+    assert first["sort's files"].count("/tmp/sort") == 3 and "/tmp/tac" in first["tac's file"], first
+    assert _differing(first, second) == set(), {name: (first[name], second[name])
+                                                for name in _differing(first, second)}
+
+
+def test_main_runs_on_a_stack_at_the_same_place_each_time_and_is_told_where(deterministic: Container) -> None:
+    deterministic.files.write("/work/stack.c", STACK_PROGRAM)
+    assert deterministic.exec("cc -o /work/stack /work/stack.c").exit_code == 0
+    runs = [deterministic.exec("/work/stack").stdout for _ in range(2)]
+    assert runs[0] == runs[1] and runs[0].endswith(" within the stack it is told of\n"), runs
 
 
 def test_the_sandbox_tells_the_templates_machine_not_the_hosts(deterministic: Container) -> None:

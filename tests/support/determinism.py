@@ -44,3 +44,22 @@ PROBES: list[tuple[str, str]] = [
     ("/proc views", "head -3 /proc/meminfo; cat /proc/loadavg; grep -c ^processor /proc/cpuinfo; head -1 /proc/stat"),
 ]
 """(name, shell command): run in this order, one command each, in a sandbox of TEMPLATE."""
+
+TEMPORARY_NAMES: list[tuple[str, str]] = [
+    ("gnulib's names", "mktemp -p /work XXXXXXXX.txt && mktemp -d -p /work"),
+    ("the C library's names", "python3 -c \"import ctypes; c = ctypes.CDLL(None); c.tmpnam.restype = ctypes.c_char_p; "
+                              "names = [ctypes.create_string_buffer(b'/tmp/' + t) for t in (b'f.XXXXXX', "
+                              "b's.XXXXXX.txt', b'd.XXXXXX', b'u.XXXXXX')]; c.mkstemp(names[0]); "
+                              "c.mkstemps(names[1], 4); c.mkdtemp(names[2]); c.mktemp(names[3]); "
+                              "print(*(n.value.decode() for n in names), c.tmpnam(None).decode())\""),
+    ("sort's files", "printf '#!/bin/sh\\n[ \"$1\" = -d ] && exec cat\\nname=$(readlink /proc/$$/fd/1)\\n"
+                     "echo \"$name\" >&2\\nexec cat\\n' > /tmp/show && chmod +x /tmp/show && seq 3000 | sort -S 1K "
+                     "--parallel=1 --compress-program=/tmp/show 2>&1 >/dev/null | sort | head -3"),
+    ("tac's file", "mkfifo /tmp/lines && { tac < /tmp/lines > /tmp/reversed & } && exec 3> /tmp/lines && echo a >&3 "
+                   "&& until readlink /proc/$!/fd/3 2>/dev/null; do sleep 0.05; done && exec 3>&- && wait && "
+                   "cat /tmp/reversed"),
+]
+"""Temporary names besides mktemp's (each name a program tried is shown): what draws them mixes a stack address
+with a clock, gnulib's copy into coreutils' mktemp, and the C library's into mkstemp and its kin, which sort and tac
+call (sort's are seen through its compression program, tac's while it reads a pipe). Run after PROBES: tac's loop
+waits as long as the host takes."""

@@ -23,7 +23,7 @@ AGENT_SOURCES = tuple(HERE / name for name in ("agent.c", "wire.c", "command.c",
 AGENT_HEADERS = (HERE / "agent.h", HERE / "det.h")
 """What the agent's sources include: a change to one builds the agent again."""
 COMPAT_SOURCE = HERE / "compat.c"
-DETERMINISM_SOURCE = HERE / "determinism.c"
+DETERMINISM_SOURCES = (HERE / "determinism.c", HERE / "fixed_stack.c")
 
 
 def agent_binary(cache_dir: Path) -> Path:
@@ -38,7 +38,7 @@ def compat_library(cache_dir: Path) -> Path:
 
 def determinism_library(cache_dir: Path) -> Path:
     """Returns the path of the library preloaded into a deterministic sandbox's commands (docs/determinism.md)."""
-    return _compile((DETERMINISM_SOURCE,), cache_dir, "determinism.so", ["-shared", "-fPIC"], (HERE / "det.h",))
+    return _compile(DETERMINISM_SOURCES, cache_dir, "determinism.so", ["-shared", "-fPIC"], (HERE / "det.h",))
 
 
 def _compile(sources: tuple[Path, ...], cache_dir: Path, name: str, flags: list[str],

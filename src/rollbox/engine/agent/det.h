@@ -1,7 +1,7 @@
 /*
  * The virtual machine a deterministic sandbox's commands see (docs/determinism.md): one shared page that the
  * agent makes and steps at each command (det.c), and that the library preloaded into commands reads and
- * advances (determinism.c). Included by both, and by nothing else.
+ * advances (determinism.c, with fixed_stack.c). Included by both, and by nothing else.
  */
 #ifndef ROLLBOX_DET_H
 #define ROLLBOX_DET_H
@@ -87,6 +87,11 @@ static inline void det_stream(uint64_t key, uint64_t pos, unsigned char *out, si
         out[i] = (unsigned char)(block >> (8 * (pos % 8)));
     }
 }
+
+/* fixed_stack.c, in the preloaded library: what __libc_start_main calls instead of the program's `main` so that it
+ * runs on a stack at the same address in every episode (`main` itself where the runtime fixes addresses already). */
+typedef int (*det_main)(int, char **, char **);
+det_main det_fixed_stack(det_main main) __attribute__((visibility("hidden")));
 
 #define DET_RANDOM_STREAM 1 /* getrandom, getentropy, arc4random: one per process id (shifted by 8) */
 #define DET_FIFO_STREAM 2   /* /dev/urandom and /dev/random */

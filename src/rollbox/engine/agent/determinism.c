@@ -13,6 +13,8 @@
  *            template; what the sandbox's start stamped shows its boot instant; a call that may change
  *            files marks the page dirty, so the agent keeps the next command's files apart.
  *   machine  uname, sysconf, get_nprocs and sched_getaffinity tell the template's machine.
+ *   stack    where the runtime places the stack at random (gVisor), main runs on one at a fixed address
+ *            (fixed_stack.c), so that a stack address mixed into a seed (gnulib's temporary names) is the same.
  * It drops AT_NO_AUTOMOUNT from stat calls as compat.c does (a sandbox has no automount points), so that under gVisor
  * it is preloaded instead of compat.so, not beside it: each library loaded costs every command.
  * Without the page (a sandbox that is not deterministic, or a command that removed it), every call is the real one.
@@ -27,6 +29,7 @@
 #include <semaphore.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -60,6 +63,17 @@ static struct det_page *page(void) {
 #define REAL(type, name, ...)                                                                                   \
     static type (*real)(__VA_ARGS__);                                                                          \
     if (!real) real = (type(*)(__VA_ARGS__))dlsym(RTLD_NEXT, name)
+
+/* -- the program's start -------------------------------------------------------------------------------- */
+
+int __libc_start_main(det_main main, int argc, char **argv, void (*init)(void), void (*fini)(void),
+                      void (*rtld_fini)(void), void *stack_end) {
+    REAL(int, "__libc_start_main", det_main, int, char **, void (*)(void), void (*)(void), void (*)(void), void *);
+    int saved = errno;
+    if (page()) main = det_fixed_stack(main);
+    errno = saved;
+    return real(main, argc, argv, init, fini, rtld_fini, stack_end);
+}
 
 /* -- clocks --------------------------------------------------------------------------------------------- */
 
@@ -338,6 +352,112 @@ uint32_t arc4random_uniform(uint32_t bound) {
     do fill(p, &value, sizeof value);
     while (value < floor);
     return value % bound;
+}
+
+/* Temporary names. The C library draws those of mkstemp and its kin (sort's and tac's files, mkdtemp, mktemp,
+ * tmpnam) from a stack address and the real clock, read inside the library where no interposer reaches; here they
+ * are drawn from the process's stream instead, tried as glibc tries them: the six X before the suffix replaced by
+ * letters of its alphabet, again while the name is taken. */
+enum { NAME_FILE, NAME_DIR, NAME_FREE };
+#define NAME_LETTERS 6
+#define NAME_ATTEMPTS (62 * 62 * 62) /* glibc's */
+
+static int temp_name(struct det_page *p, char *name, int suffix, int flags, int kind) {
+    static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    size_t len = strlen(name);
+    if (suffix < 0 || len < NAME_LETTERS + (size_t)suffix ||
+        strspn(name + len - NAME_LETTERS - suffix, "X") < NAME_LETTERS) {
+        errno = EINVAL;
+        return -1;
+    }
+    char *x = name + len - NAME_LETTERS - suffix;
+    int saved = errno;
+    for (int attempt = 0; attempt < NAME_ATTEMPTS; attempt++) {
+        unsigned char drawn[16];
+        size_t used = sizeof drawn;
+        for (int i = 0; i < NAME_LETTERS; i++) {
+            do {
+                if (used == sizeof drawn) {
+                    fill(p, drawn, sizeof drawn);
+                    used = 0;
+                }
+            } while (drawn[used++] >= 248); /* 4 * 62: every letter as likely */
+            x[i] = letters[drawn[used - 1] % 62];
+        }
+        struct stat st;
+        int fd = kind == NAME_FILE ? open(name, (flags & ~O_ACCMODE) | O_RDWR | O_CREAT | O_EXCL, S_IRUSR | S_IWUSR)
+                 : kind == NAME_DIR ? mkdir(name, S_IRWXU)
+                 : lstat(name, &st) == 0 ? (errno = EEXIST, -1)
+                 : errno == ENOENT ? 0 : -1;
+        if (fd >= 0) {
+            errno = saved;
+            return fd;
+        }
+        if (errno != EEXIST) return -1;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+#define MKSTEMP(name, params, args, suffix, flags, ...)                                                         \
+    int name params {                                                                                          \
+        REAL(int, #name, __VA_ARGS__);                                                                         \
+        struct det_page *p = page();                                                                           \
+        return p ? temp_name(p, t, suffix, flags, NAME_FILE) : real args;                                      \
+    }
+
+MKSTEMP(mkstemp, (char *t), (t), 0, 0, char *)
+MKSTEMP(mkstemp64, (char *t), (t), 0, O_LARGEFILE, char *)
+MKSTEMP(mkostemp, (char *t, int flags), (t, flags), 0, flags, char *, int)
+MKSTEMP(mkostemp64, (char *t, int flags), (t, flags), 0, flags | O_LARGEFILE, char *, int)
+MKSTEMP(mkstemps, (char *t, int suffix), (t, suffix), suffix, 0, char *, int)
+MKSTEMP(mkstemps64, (char *t, int suffix), (t, suffix), suffix, O_LARGEFILE, char *, int)
+MKSTEMP(mkostemps, (char *t, int suffix, int flags), (t, suffix, flags), suffix, flags, char *, int, int)
+MKSTEMP(mkostemps64, (char *t, int suffix, int flags), (t, suffix, flags), suffix, flags | O_LARGEFILE, char *, int,
+        int)
+
+char *mkdtemp(char *t) {
+    REAL(char *, "mkdtemp", char *);
+    struct det_page *p = page();
+    if (!p) return real(t);
+    return temp_name(p, t, 0, 0, NAME_DIR) == 0 ? t : NULL;
+}
+
+char *mktemp(char *t) {
+    REAL(char *, "mktemp", char *);
+    struct det_page *p = page();
+    if (!p) return real(t);
+    if (temp_name(p, t, 0, 0, NAME_FREE) < 0) t[0] = '\0';
+    return t;
+}
+
+/* tmpnam and tempnam: the C library chooses the directory and prefix; the last six letters are drawn again. */
+static char *redrawn(struct det_page *p, char *name) {
+    size_t len = name ? strlen(name) : 0;
+    if (len < NAME_LETTERS) return name;
+    memset(name + len - NAME_LETTERS, 'X', NAME_LETTERS);
+    return temp_name(p, name, 0, 0, NAME_FREE) == 0 ? name : NULL;
+}
+
+char *tmpnam(char s[L_tmpnam]) {
+    REAL(char *, "tmpnam", char *);
+    struct det_page *p = page();
+    return p ? redrawn(p, real(s)) : real(s);
+}
+
+char *tmpnam_r(char s[L_tmpnam]) {
+    REAL(char *, "tmpnam_r", char *);
+    struct det_page *p = page();
+    return p ? redrawn(p, real(s)) : real(s);
+}
+
+char *tempnam(const char *dir, const char *prefix) {
+    REAL(char *, "tempnam", const char *, const char *);
+    struct det_page *p = page();
+    char *name = real(dir, prefix);
+    if (!p || !name || redrawn(p, name)) return name;
+    free(name);
+    return NULL;
 }
 
 /* -- file times ----------------------------------------------------------------------------------------- */
