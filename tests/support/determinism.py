@@ -56,10 +56,12 @@ TEMPORARY_NAMES: list[tuple[str, str]] = [
                      "echo \"$name\" >&2\\nexec cat\\n' > /tmp/show && chmod +x /tmp/show && seq 3000 | sort -S 1K "
                      "--parallel=1 --compress-program=/tmp/show 2>&1 >/dev/null | sort | head -3"),
     ("tac's file", "mkfifo /tmp/lines && { tac < /tmp/lines > /tmp/reversed & } && exec 3> /tmp/lines && echo a >&3 "
-                   "&& until readlink /proc/$!/fd/3 2>/dev/null; do sleep 0.05; done && exec 3>&- && wait && "
+                   "&& until readlink /proc/$!/fd/3 2>/dev/null | grep -q ^/tmp/tac; do sleep 0.05; done && "
+                   "readlink /proc/$!/fd/3 && exec 3>&- && wait && "
                    "cat /tmp/reversed"),
 ]
 """Temporary names besides mktemp's (each name a program tried is shown): what draws them mixes a stack address
 with a clock, gnulib's copy into coreutils' mktemp, and the C library's into mkstemp and its kin, which sort and tac
-call (sort's are seen through its compression program, tac's while it reads a pipe). Run after PROBES: tac's loop
+call (sort's are seen through its compression program, tac's while it reads a pipe, once its temporary file is
+open: its locale's file may hold that descriptor first). Run after PROBES: tac's loop
 waits as long as the host takes."""
