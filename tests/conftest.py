@@ -25,3 +25,14 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scripted]:
 
     with scripted_gateway(tmp_path_factory.mktemp("gateway")) as found:
         yield found
+
+
+SERIAL = ("tests/cluster/", "tests/e2e/test_bench.py")
+"""What `make test` runs alone, after the rest ran in parallel: clusters (Ray's among them, which cannot share a
+machine with another) and chaos whose stalls are bounded, and benchmarks that pin CPUs and time their figures."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
