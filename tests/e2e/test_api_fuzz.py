@@ -318,7 +318,9 @@ fail (it kept runc from starting the sandbox again, a 503 that lost the sandbox)
 VALID_BODIES = {"create_sandbox": {"warmpool": "basic-pool"}, "exec_command": {"command": "true"},
                 "exec_stream": {"command": "true"}, "fork_sandbox": {"count": 1},
                 "snapshot_sandbox": {"name": "edge"}, "apply": {"documents": []}}
-VALID_QUERY = {"path": "/tmp/edge", "mode": "420", "recursive": "false", "ids": "a,b", "offset": "0"}
+VALID_QUERY = {"path": "/tmp/edge", "mode": "420", "recursive": "false", "ids": "a,b", "offset": "0", "memory": "true",
+               "metadata": "", "image": "docker://127.0.0.1:9/edge:1", "warm_only": "false", "retry": "false",
+               "request_key": "edge-key"}
 
 
 def edges(run: Run, operation: Any) -> Iterator[tuple[Any, bytes]]:

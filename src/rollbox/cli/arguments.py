@@ -46,7 +46,7 @@ def claim_options() -> argparse.ArgumentParser:
 
 def claim_settings(args: argparse.Namespace) -> dict[str, Any]:
     """`claim_options` as the node's keyword arguments."""
-    from rollbox.spec import parse_seconds
+    from rollbox.units import parse_seconds
 
     given = args.default_shutdown_after
     if given is None:

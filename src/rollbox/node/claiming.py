@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rollbox.node.capacity import Capacity
     from rollbox.node.cost import CostMeters
     from rollbox.node.deletions import Deletions
-    from rollbox.node.gateway import SandboxGateways
+    from rollbox.node.gateway import Gateway
     from rollbox.node.held import HeldClaims
     from rollbox.node.images import NodeImages
     from rollbox.node.keys import ClaimKeys
@@ -42,7 +42,7 @@ class ClaimOperations:
     capacity: Capacity
     costs: CostMeters
     deletions: Deletions
-    gateway: SandboxGateways
+    gateway: Gateway
     held: HeldClaims
     keys: ClaimKeys
     leases: Leases
