@@ -23,11 +23,11 @@ from tests.support.engines import leftovers
 from tests.support.servers import wait_until_serving
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every node on 127.0.0.1: test traffic stays on loopback
+# Ray's token authentication, as a cluster on a shared network should run it: every process these clusters start
+# (heads, raylets, routers, drivers) inherits the mode and the token. Set, not left to Ray: a token file in ~/.ray
+# turns it on for `ray start` alone, and a router that was not told would be refused.
 os.environ["RAY_AUTH_MODE"] = "token"
 os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
-"""Ray's token authentication, as a cluster on a shared network should run it: every process these clusters start
-(heads, raylets, routers, drivers) inherits the mode and the token. Set, not left to Ray: a token file in ~/.ray turns
-it on for `ray start` alone, and a router that was not told would be refused."""
 
 from ray.cluster_utils import Cluster
 
