@@ -41,7 +41,7 @@ from rollbox.engine import Engine
 from tests.support.engines import BASIC, teardown_engine
 from tests.support.servers import wait_until_serving
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # two passes over every operation: ~5 min alone
 
 ROLLBOX = Path(sys.executable).with_name("rollbox")
 TOKENS = {"alice": "alice-fuzz-token", "bob": "bob-fuzz-token"}
