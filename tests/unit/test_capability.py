@@ -37,7 +37,9 @@ def origin(reached: list[dict[str, Any]]) -> Iterator[str]:
 
 @pytest.mark.parametrize("path", ["/", "/v1/ping", f"/{KEY[:-1]}/v1/ping", f"/{KEY}x/v1/ping", f"/x{KEY}/v1/ping",
                                   f"/{KEY[:MIN_KEY_LENGTH]}/v1/ping", f"/v1/{KEY}/ping", f"//{KEY}/v1/ping",
-                                  f"/{KEY.swapcase()}/v1/ping", f"/%2F{KEY}/v1/ping"])
+                                  f"/{KEY.swapcase()}/v1/ping", f"/%2F{KEY}/v1/ping"],
+                         ids=["root", "no key", "key cut short", "key and more", "more and key", "key's start",
+                              "key inside", "empty segment", "key's case swapped", "encoded slash"])
 def test_a_path_without_the_key_never_reaches_the_app(origin: str, reached: list[dict[str, Any]], path: str) -> None:
     before = len(reached)
     for method in ("GET", "POST", "PUT", "DELETE"):
