@@ -27,9 +27,10 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scripted]:
         yield found
 
 
-SERIAL = ("tests/cluster/", "tests/e2e/test_bench.py")
+SERIAL = ("tests/cluster/", "tests/e2e/test_bench.py", "tests/server/test_server.py::test_64_clients_make_500_claims")
 """What `make test` runs alone, after the rest ran in parallel: clusters (Ray's among them, which cannot share a
-machine with another) and chaos whose stalls are bounded, and benchmarks that pin CPUs and time their figures."""
+machine with another) and chaos whose stalls are bounded, benchmarks that pin CPUs and time their figures, and a
+node's capacity filled by 64 clients, whose deletions must keep pace with their claims."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -69,7 +69,7 @@ def _operation(spec: RouteSpec) -> dict[str, Any]:
 
 def _failures(spec: RouteSpec) -> list[int]:
     """The error statuses an operation can answer, from what it takes."""
-    named = "{" in spec.path or spec.body is not None  # a sandbox, template, warm pool or snapshot, by name
+    named = "{" in spec.path or spec.body is not None or spec.method == "DELETE"  # by name: a DELETE's may be a query
     makes = spec.method == "POST" and spec.path.startswith("/v1/sandboxes")  # may start a sandbox
     creates = spec.method == "POST" and spec.status == 201  # what it makes may exist already, or its volume be in use
     flags = {400: True, 401: spec.auth, 403: spec.admin, 404: named, 409: "{" in spec.path or creates,

@@ -138,7 +138,13 @@ class ProcessService:
         return answer
 
     async def send_signal(self, call: Call, request: Any) -> Message:
-        await self._control(call, request.process, ProcessControl(signal=request.signal or signal.SIGKILL))
+        """A process that ended is not found, as by envd, even while its record waits to be forgotten."""
+        sandbox: Sandbox = call.context
+        info = await self._find(sandbox, request.process)
+        if not info.running:
+            raise RpcError("not_found", f"process {info.pid} has ended")
+        await self.node.control_process(sandbox.tenant, sandbox.id, info.id,
+                                        ProcessControl(signal=request.signal or signal.SIGKILL))
         return P("process.SendSignalResponse")()
 
     async def send_input(self, call: Call, request: Any) -> Message:
