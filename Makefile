@@ -13,7 +13,7 @@ demo: setup
 	.venv/bin/rollbox demo
 
 test: setup
-	.venv/bin/ruff check src tests bench
+	.venv/bin/ruff check
 	.venv/bin/lint-imports
 	.venv/bin/python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile -m "not serial" --durations=15
 	.venv/bin/python -m pytest -q -p no:cacheprovider -m serial --durations=15

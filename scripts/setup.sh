@@ -56,5 +56,6 @@ if [ ! -f "$harbor_stamp" ]; then
     touch "$harbor_stamp"
   else
     echo "no Python 3.12 or newer here: Harbor's tests will be skipped (docs/harbor.md)" >&2
+    if [ -n "${CI:-}" ]; then exit 1; fi  # in CI they always run
   fi
 fi

@@ -1,7 +1,7 @@
 import sys
 
 sys.path.insert(0, "/app")
-from stats import mean  # noqa: E402
+from stats import mean
 
 cases = [([1, 2, 3], 2), ([5], 5), ([1.5, 2.5], 2), ([-4, 4, 9], 3)]
 failed = [(values, expected, mean(values)) for values, expected in cases if abs(mean(values) - expected) > 1e-9]

@@ -1,9 +1,9 @@
-import os
 import sys
+from pathlib import Path
 
-path = "/app/hello.txt"
-if not os.path.isfile(path):
+path = Path("/app/hello.txt")
+if not path.is_file():
     sys.exit(f"{path} is missing")
-text = open(path).read()
+text = path.read_text()
 print(repr(text))
 sys.exit(0 if text.strip() == "Hello, world!" else 1)

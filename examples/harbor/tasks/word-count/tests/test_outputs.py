@@ -1,8 +1,9 @@
-import os
 import sys
+from pathlib import Path
 
-if not os.path.isfile("/app/count.txt"):
-    sys.exit("/app/count.txt is missing")
-answer = open("/app/count.txt").read().strip()
+count = Path("/app/count.txt")
+if not count.is_file():
+    sys.exit(f"{count} is missing")
+answer = count.read_text().strip()
 print("answer:", answer)
 sys.exit(0 if answer == "16" else 1)
