@@ -179,8 +179,7 @@ class AboutSandbox(RollboxError):
 
     def retold(self, sandbox_id: str) -> Self:
         """The same error, about the sandbox whose container it was about."""
-        return type(self)(self.message, container_id=self.container_id, sandbox_id=sandbox_id,
-                          retry=self.__dict__.get("retry"))
+        return type(self)(self.message, container_id=self.container_id, sandbox_id=sandbox_id, retry=self.retry)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.message,), self.__dict__

@@ -7,6 +7,7 @@ sandbox, another tenant's claim, timeouts) raised as the client's own exceptions
 
 from __future__ import annotations
 
+import contextlib
 import io
 import socket
 import subprocess
@@ -95,9 +96,10 @@ class Router:
         teardown_engine(Engine(self.root / "data"))
 
 
-@pytest.fixture(scope="module")
-def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
-    server = Router(tmp_path_factory.mktemp("agent-sandbox"))
+@contextlib.contextmanager
+def pooled_router(root: Path) -> Iterator[Router]:
+    """A router with the `python-pool` warm pool applied, stopped on leaving."""
+    server = Router(root)
     try:
         (server.root / "pool.yaml").write_text(POOL)
         subprocess.run([str(ROLLBOX), "apply", "-f", str(server.root / "pool.yaml"), "--url", server.url,
@@ -105,6 +107,12 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
+    with pooled_router(tmp_path_factory.mktemp("agent-sandbox")) as server:
+        yield server
 
 
 @pytest.fixture

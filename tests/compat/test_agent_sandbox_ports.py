@@ -4,7 +4,6 @@ passes them to the pod (docs/ports.md)."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 
 import httpx
@@ -12,21 +11,15 @@ import pytest
 import websocket
 from k8s_agent_sandbox import SandboxClient
 
-from tests.compat.test_agent_sandbox import POOL, ROLLBOX, TOKENS, Router
+from tests.compat.test_agent_sandbox import TOKENS, Router, pooled_router
 from tests.support.cluster import wait_for
 from tests.support.port_server import PORT_SERVER
 
 
 @pytest.fixture(scope="module")
 def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
-    server = Router(tmp_path_factory.mktemp("agent-sandbox-ports"))
-    try:
-        (server.root / "pool.yaml").write_text(POOL)
-        subprocess.run([str(ROLLBOX), "apply", "-f", str(server.root / "pool.yaml"), "--url", server.url,
-                        "--token", TOKENS["alice"]], check=True, capture_output=True)
+    with pooled_router(tmp_path_factory.mktemp("agent-sandbox-ports")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

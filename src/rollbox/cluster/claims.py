@@ -65,9 +65,8 @@ class ClusterClaims:
 
     async def made(self, tenant: str, key: str) -> SandboxInfo | None:
         """The sandbox a claim with `key` made, on whichever node answers for it (waiting for one under way)."""
-        nodes = [node for node in self._answering() if node.url]
         found = await asyncio.gather(*(self._watcher.answering(node.name, self._remote(node.url).claims(tenant, key))
-                                       for node in nodes if node.url), return_exceptions=True)
+                                       for node in self._answering()), return_exceptions=True)
         for answer in found:
             if isinstance(answer, list) and answer:
                 return answer[0]
