@@ -8,6 +8,7 @@ trajectory records. The agent's part is agent/det.c; the library preloaded into 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -150,31 +151,58 @@ def continued_state(state: bytes, seed: int) -> bytes:
     return _STATE.pack(seed, now, boot, born, fifo_pos if seed == old_seed else 0, count, 0) + state[_STATE.size:]
 
 
-def settle() -> None:
-    """Waits until the clock the kernel stamps files with has moved past now: files the host has just written are
-    then never taken for the next command's (what det_command_start does for commands)."""
-    now = time.clock_gettime_ns(time.CLOCK_REALTIME)
-    while time.clock_gettime_ns(CLOCK_REALTIME_COARSE) <= now:
-        time.sleep(0.0005)
+class FileClock:
+    """When the host last changed each deterministic container's files. The kernel stamps files with a clock that
+    moves a tick at a time: a container's next command waits, if it comes within the tick of such a change, until
+    that tick has passed, so that no file the host wrote is taken for the command's (what det_command_start does
+    between commands). Waiting there rather than after each change costs a run of changes, and a command that
+    comes a tick later, nothing."""
+
+    def __init__(self) -> None:
+        self._changed: dict[str, int] = {}
+
+    def watch(self, container_id: str, files: Any) -> NotedFiles:
+        return NotedFiles(files, lambda: self._note(container_id))
+
+    def _note(self, container_id: str) -> None:
+        now = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        if len(self._changed) > 1024:  # containers written to and deleted without a command since
+            self._changed = {key: at for key, at in self._changed.items() if at >= _file_clock()}
+        self._changed[container_id] = now
+
+    def settle(self, container_id: str) -> None:
+        changed = self._changed.pop(container_id, None)
+        while changed is not None and _file_clock() <= changed:
+            time.sleep(0.0002)
+
+    async def settle_async(self, container_id: str) -> None:
+        changed = self._changed.pop(container_id, None)
+        while changed is not None and _file_clock() <= changed:
+            await asyncio.sleep(0.0002)
 
 
-class SettledFiles:
-    """A deterministic container's files API: each call that changes files returns once `settle` has."""
+def _file_clock() -> int:
+    return time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
 
-    def __init__(self, files: Any) -> None:
+
+class NotedFiles:
+    """A deterministic container's files API: each call that changes files tells `changed` (`FileClock`)."""
+
+    def __init__(self, files: Any, changed: Callable[[], None]) -> None:
         self.files = files
+        self.changed = changed
 
     def __getattr__(self, op: str) -> Any:
         call = getattr(self.files, op)
         if op not in WRITES:
             return call
 
-        def settled(*args: Any, **options: Any) -> Any:
+        def noted(*args: Any, **options: Any) -> Any:
             try:
                 return call(*args, **options)
             finally:
-                settle()
-        return settled
+                self.changed()
+        return noted
 
 
 # -- the engine's calls -------------------------------------------------------------------------------

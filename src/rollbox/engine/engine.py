@@ -85,6 +85,7 @@ class Engine:
         self._layering = Layering(self._lifecycle, self.cgroups, self.delete)
         self._live = Live(self._lifecycle, self.delete)
         self._collection = Collection(self.store, self.layers, self.checkpoints)
+        self._file_clock = determinism.FileClock()
         if recover:
             self.recover()
 
@@ -292,6 +293,7 @@ class Engine:
     def _agent_request(self, container_id: str, command: str | Sequence[str], **options: object
                        ) -> tuple[ContainerRecord, AgentRequest]:
         record = self._woken(container_id)
+        self._file_clock.settle(container_id)
         request = agent_request(record, self.runtime(record.runtime), self.launcher.rootfs(record.id), command,
                                 **options)  # type: ignore[arg-type]
         return record, request
@@ -313,6 +315,7 @@ class Engine:
                          stdin: bytes | str | None = None, output_limit: int | None = None,
                          isolated: bool = False, on_stdout: OutputCallback | None = None,
                          on_stderr: OutputCallback | None = None) -> ExecResult:
+        await self._file_clock.settle_async(container_id)  # before _agent_request's, which then waits for nothing
         record, request = self._agent_request(container_id, command, timeout=timeout, env=env, cwd=cwd, user=user,
                                               stdin=stdin, output_limit=output_limit, isolated=isolated)
         return await self.launcher.agent_client(record).run_async(request, on_stdout, on_stderr)
@@ -322,7 +325,7 @@ class Engine:
         files = ContainerFiles(str(self.launcher.rootfs(record.id)), record.home, record.uid, record.gid,
                                Limits(**record.limits).upload)
         files = volumes.MountedFiles(files, self.volumes, record.volumes) if record.volumes else files  # type: ignore[assignment]
-        return determinism.SettledFiles(files) if record.determinism else files  # type: ignore[return-value]
+        return self._file_clock.watch(record.id, files) if record.determinism else files  # type: ignore[return-value]
 
     def processes(self, container_id: str) -> ContainerProcesses:
         """The container's background processes, terminals and shell sessions."""

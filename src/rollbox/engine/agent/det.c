@@ -100,10 +100,11 @@ static void number_devices(void) {
 
 /* Takes process ids until the next is DET_FIRST_PID: runc's init is a Go program, whose threads take a number of
  * ids in the sandbox that varies from one start to the next. Where the runtime took none (gVisor, whose forks are
- * dear), the first child's id tells it, and the ids are the same every time already. */
+ * dear), the first child's id tells it, and the ids are the same every time already. vfork, because the children
+ * only exit: a fork would copy the agent's page tables for each id taken. */
 static void skip_pids(void) {
     for (;;) {
-        pid_t child = fork();
+        pid_t child = vfork();
         if (child == 0) _exit(0);
         if (child < 0) return;
         waitpid(child, NULL, 0);

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define DET_PAGE_PATH "/dev/.rollbox-determinism"
 #define DET_LIBRARY "/.rollbox/determinism.so"
@@ -20,7 +21,7 @@
 #define DET_FIFO_SIZE (1 << 20)
 #define DET_DEVICES 128
 #define DET_PIDS 32768 /* getrandom's streams: one per process id (modulo this) */
-#define DET_FIRST_PID 100 /* under runc, the first command's handler takes this id, whatever runc's start took */
+#define DET_FIRST_PID 32 /* under runc, the first command's handler takes this id, whatever runc's init took */
 
 /* A filesystem's device number (st_dev), and the one it shows: its place in the sandbox's mount table, or (for the
  * devices overlayfs makes up for its layers) in the order the episode first met it; the kernel numbers anonymous
@@ -79,12 +80,20 @@ static inline uint64_t det_mix(uint64_t z) {
 
 static inline uint64_t det_key(uint64_t seed, uint64_t stream) { return det_mix(seed ^ det_mix(stream)); }
 
-/* Bytes [pos, pos + n) of the stream `key`. */
+/* Bytes [pos, pos + n) of the stream `key`: block k (the bytes from 8k, little-endian) is det_mix of the key and k. */
 static inline void det_stream(uint64_t key, uint64_t pos, unsigned char *out, size_t n) {
-    uint64_t block = det_mix(key + (pos / 8) * 0x9e3779b97f4a7c15ULL);
-    for (size_t i = 0; i < n; i++, pos++) {
-        if (pos % 8 == 0 && i) block = det_mix(key + (pos / 8) * 0x9e3779b97f4a7c15ULL);
-        out[i] = (unsigned char)(block >> (8 * (pos % 8)));
+    for (size_t i = 0; i < n;) {
+        uint64_t block = det_mix(key + (pos / 8) * 0x9e3779b97f4a7c15ULL);
+        if (pos % 8 == 0 && n - i >= 8) { /* a whole block: one store where the machine is little-endian */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            memcpy(out + i, &block, 8);
+#else
+            for (unsigned b = 0; b < 8; b++) out[i + b] = (unsigned char)(block >> (8 * b));
+#endif
+            i += 8, pos += 8;
+            continue;
+        }
+        for (unsigned b = pos % 8; b < 8 && i < n; b++, i++, pos++) out[i] = (unsigned char)(block >> (8 * b));
     }
 }
 

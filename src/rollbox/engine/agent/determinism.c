@@ -549,8 +549,15 @@ static void dirty(void) {
     if (p) atomic_store_explicit(&p->dirty, 1, memory_order_relaxed);
 }
 
+/* Whether what a process opened for writing is a file whose times it may change: not a device, pipe or socket
+ * (git opens /dev/null and bash /dev/tty for reading and writing at every start). */
+static void opened(int fd) {
+    struct stat st;
+    if (fd >= 0 && (syscall(SYS_fstat, fd, &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) dirty();
+}
+
 #define WRITES (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND)
-#define OPEN(name, ...)                                                                                        \
+#define OPEN(name, call, ...)                                                                                  \
     REAL(int, name, __VA_ARGS__);                                                                              \
     mode_t mode = 0;                                                                                           \
     if (flags & (O_CREAT | __O_TMPFILE)) {                                                                     \
@@ -559,35 +566,27 @@ static void dirty(void) {
         mode = va_arg(args, mode_t);                                                                           \
         va_end(args);                                                                                          \
     }                                                                                                          \
-    if (flags & WRITES) dirty()
+    int fd = real call;                                                                                        \
+    if (flags & WRITES) opened(fd);                                                                            \
+    return fd
 
-int open(const char *path, int flags, ...) {
-    OPEN("open", const char *, int, ...);
-    return real(path, flags, mode);
-}
-int open64(const char *path, int flags, ...) {
-    OPEN("open64", const char *, int, ...);
-    return real(path, flags, mode);
-}
+int open(const char *path, int flags, ...) { OPEN("open", (path, flags, mode), const char *, int, ...); }
+int open64(const char *path, int flags, ...) { OPEN("open64", (path, flags, mode), const char *, int, ...); }
 int openat(int dir, const char *path, int flags, ...) {
-    OPEN("openat", int, const char *, int, ...);
-    return real(dir, path, flags, mode);
+    OPEN("openat", (dir, path, flags, mode), int, const char *, int, ...);
 }
 int openat64(int dir, const char *path, int flags, ...) {
-    OPEN("openat64", int, const char *, int, ...);
-    return real(dir, path, flags, mode);
+    OPEN("openat64", (dir, path, flags, mode), int, const char *, int, ...);
 }
 
-FILE *fopen(const char *path, const char *how) {
-    REAL(FILE *, "fopen", const char *, const char *);
-    if (strpbrk(how, "wa+")) dirty();
-    return real(path, how);
-}
-FILE *fopen64(const char *path, const char *how) {
-    REAL(FILE *, "fopen64", const char *, const char *);
-    if (strpbrk(how, "wa+")) dirty();
-    return real(path, how);
-}
+#define FOPEN(name)                                                                                            \
+    REAL(FILE *, name, const char *, const char *);                                                            \
+    FILE *file = real(path, how);                                                                              \
+    if (file && strpbrk(how, "wa+")) opened(fileno(file));                                                     \
+    return file
+
+FILE *fopen(const char *path, const char *how) { FOPEN("fopen"); }
+FILE *fopen64(const char *path, const char *how) { FOPEN("fopen64"); }
 
 #define CHANGES(type, name, params, args, ...)                                                                \
     type name params {                                                                                         \
