@@ -114,6 +114,25 @@ def test_host_processes_are_not_visible(box: Container, neighbour: Neighbour, us
         victim.wait()
 
 
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+@USERS
+def test_the_host_boot_id_does_not_show_and_cannot_be_replaced(box: Container, neighbour: Neighbour,
+                                                               user: str | None) -> None:
+    """The host's boot id would tell a tenant which other tenants' sandboxes share its machine: each sandbox reads
+    its own (under runc; gVisor's /proc has none), and root inside can neither write it nor uncover the host's."""
+    host_id = Path(BOOT_ID).read_text().strip()
+    own = box.exec(f"cat {BOOT_ID}", user=user).stdout.strip()
+    theirs = neighbour.sandbox.exec(f"cat {BOOT_ID}").stdout.strip()
+    assert host_id not in own and host_id not in theirs
+    if own:
+        assert own != theirs and len(own) == 36, (own, theirs)
+    attempt = box.exec(f"echo {host_id} > {BOOT_ID}; umount {BOOT_ID}; umount -l {BOOT_ID}; cat {BOOT_ID}",
+                       user=user)
+    assert attempt.stdout.strip() == own and host_id not in attempt.stdout
+
+
 @USERS
 def test_host_ipc_is_not_visible(box: Container, user: str | None) -> None:
     """The host's System V shared memory and POSIX shared memory (/dev/shm) stay out of the sandbox."""

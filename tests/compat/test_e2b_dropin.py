@@ -175,17 +175,21 @@ def test_snapshot_names_as_e2b_allows_them(sandbox: Sandbox) -> None:
 
 
 def test_pause_modes(sandbox: Sandbox) -> None:
+    boot_id = "cat /proc/sys/kernel/random/boot_id"
     sandbox.files.write("kept.txt", "files stay")
     sleeper = sandbox.commands.run("sleep 300", background=True)
+    booted = sandbox.commands.run(boot_id).stdout
     assert sandbox.pause()  # full: the processes stay
     sandbox.connect()
     assert sleeper.pid in [process.pid for process in sandbox.commands.list()]
-    assert sandbox.pause(mode="filesystem")  # the files alone: it starts afresh over them
+    assert sandbox.commands.run(boot_id).stdout == booted
+    assert sandbox.pause(mode="filesystem")  # the files alone: it starts afresh over them, as a machine booted again
     assert not sandbox.is_running()
     sandbox.connect()
     assert sandbox.is_running()
     assert sandbox.files.read("kept.txt") == "files stay"
     assert sleeper.pid not in [process.pid for process in sandbox.commands.list()]
+    assert sandbox.commands.run(boot_id).stdout != booted
 
 
 def test_auto_pause_on_timeout_and_resume_by_connect() -> None:

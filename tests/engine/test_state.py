@@ -169,6 +169,21 @@ def test_pause_stops_cpu_and_keeps_state(engine: Engine, sandbox: Container) -> 
     assert sandbox.stats().cpu_seconds - used > 0.05, "the busy loop runs again after resume"
 
 
+def test_a_restart_boots_again_and_a_freeze_does_not(engine: Engine, sandbox: Container) -> None:
+    """Each start has a boot id of its own, as a machine booted again has: a pause that keeps memory keeps it."""
+    boot_id = "cat /proc/sys/kernel/random/boot_id"
+    if not engine.runtime(sandbox.info.runtime).own_boot_id:
+        pytest.skip("this gVisor's /proc has no boot id")
+    first = sandbox.exec(boot_id).stdout
+    sandbox.pause()
+    sandbox.resume()
+    assert sandbox.exec(boot_id).stdout == first
+    engine.pause(sandbox.id, memory=False)
+    sandbox.resume()
+    again = sandbox.exec(boot_id).stdout
+    assert again != first and len(again.strip()) == 36
+
+
 def test_shutdown_after_deletes_the_container(engine: Engine) -> None:
     box = engine.create("basic", limits=Limits(shutdown_after=1))
     assert box.exec("true").exit_code == 0

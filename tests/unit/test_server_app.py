@@ -171,6 +171,18 @@ async def test_malformed_or_misspelt_bodies_are_422(http: httpx.AsyncClient) -> 
     error(await http.post(f"/v1/sandboxes/{sandbox}/fork", json={"count": 1000}), 422, "invalid_request")
 
 
+async def test_a_body_of_thousands_of_problems_is_told_in_a_few(http: httpx.AsyncClient) -> None:
+    """An object of many unknown keys (50,000 fit in a body) answers its first problems and their count."""
+    answer = await http.post("/v1/sandboxes", json={"warmpool": "p", "limits": {f"k{i}": 1 for i in range(80)}})
+    error(answer, 422, "invalid_request")
+    message = answer.json()["error"]["message"]
+    assert message.startswith("invalid request: limits.k0: Extra inputs are not permitted; limits.k1: ")
+    assert message.endswith("limits.k19: Extra inputs are not permitted; and 60 more") and len(message) < 2000
+    few = await http.post("/v1/sandboxes", json={"warmpool": "p", "seed": -1, "limits": {"k": 1}})
+    error(few, 422, "invalid_request",
+          "invalid request: limits.k: Extra inputs are not permitted; seed: Input should be greater than or equal to 0")
+
+
 async def test_bodies_over_the_limit_are_413_declared_or_streamed(http: httpx.AsyncClient) -> None:
     error(await http.post("/v1/sandboxes", content=b"x" * (MAX_BODY + 1)), 413, "too_large")
 

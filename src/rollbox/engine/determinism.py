@@ -14,6 +14,7 @@ import json
 import math
 import struct
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -66,6 +67,11 @@ def start_of(seed: int) -> tuple[int, int]:
     after EPOCH + 30 days, up to an hour after boot."""
     start = EPOCH + 30 * 86400 + _hash("start", seed) % (365 * 86400)
     return start * SECOND, (start - 60 - _hash("uptime", seed) % 3600) * SECOND
+
+
+def boot_id(seed: int) -> str:
+    """/proc/sys/kernel/random/boot_id of the seed's machine (a version 4 UUID's form)."""
+    return str(uuid.UUID(int=_hash("boot_id", seed) << 64 | _hash("boot_id", seed, 1), version=4))
 
 
 def child_seed(parent: int, index: int) -> int:

@@ -16,6 +16,7 @@ import shutil
 import socket
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from rollbox.engine import determinism, mounts, volumes
@@ -41,6 +42,7 @@ HOLD_TIMEOUT = 5.0
 """Seconds the agent has to close its socket before a checkpoint."""
 ACCOUNTS_FILES = ("/etc/passwd", "/etc/group")
 """What the OCI runtime reads in a container's root to start it."""
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 class Launcher:
@@ -107,10 +109,14 @@ class Launcher:
             determinism.write_machine(run / "machine", record.determinism)
             binds += determinism.binds(run / "machine", self.determinism)
             env.append(determinism.agent_setting(record.determinism, record.created_at))
+        proc_binds = []
+        if runtime.own_boot_id:
+            _write_boot_id(run / "boot_id", record)
+            proc_binds.append(Bind(str(run / "boot_id"), str(rootfs / BOOT_ID.lstrip("/"))))
         limits = Limits(**record.limits)
         spec = container_spec(ContainerConfig(
             args=args, cgroups_path=self.cgroups.path_for(record.oci_id), limits=limits, binds=binds, env=env,
-            disk_in_memory=limits.disk, netns=str(netns) if netns else None))
+            disk_in_memory=limits.disk, netns=str(netns) if netns else None, proc_binds=proc_binds))
         runtime.adjust(spec)
         (bundle / "config.json").write_text(json.dumps(spec))
         socket_path = run / "agent.sock"
@@ -140,6 +146,8 @@ class Launcher:
                                  "from a template with spec.deterministic")
         record.determinism = {**record.determinism, "seed": determinism.check_seed(seed)}
         determinism.write_machine(self.run_dir / record.id / "machine", record.determinism)
+        if (self.run_dir / record.id / "boot_id").exists():
+            _write_boot_id(self.run_dir / record.id / "boot_id", record)
         self.agent_client(record).exchange(
             b"D", determinism.continued_state(state, seed) if state else determinism.fresh_state(seed))
 
@@ -242,3 +250,10 @@ class Launcher:
             return bool(select.select([fd], [], [], 0)[0])  # a pidfd turns readable once its process exits
         finally:
             os.close(fd)
+
+
+def _write_boot_id(path: Path, record: ContainerRecord) -> None:
+    """A container's boot id: new at each start (a sandbox paused without its memory boots again), or its seed's.
+    Written in place, so that a bind of the file shows a new seed's at once."""
+    with open(path, "w") as file:
+        file.write(f"{determinism.boot_id(record.determinism['seed']) if record.determinism else uuid.uuid4()}\n")

@@ -9,6 +9,7 @@ limits; every read-only bind mounted nosuid and nodev.
 from __future__ import annotations
 
 import resource
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ MASKED_PATHS = [
 READONLY_PATHS = [
     "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger", "/proc/driver",
 ]
+MOUNT = shutil.which("mount") or "/bin/mount"
 _ALLOWED_DEVICES = [(1, 3), (1, 5), (1, 7), (1, 8), (1, 9), (5, 0), (5, 2), (136, None)]
 
 
@@ -67,6 +69,10 @@ class ContainerConfig:
     netns: str | None = None
     """A network namespace to join (an egress allowlist's, made by `engine/network.py`) instead of a
     new loopback-only one."""
+    proc_binds: list[Bind] = field(default_factory=list)
+    """Files bound over /proc entries that runc refuses as mounts (it takes only LXCFS's few), destinations as
+    host paths under the root filesystem: bound read-only by a hook that runs in the container's mount namespace
+    before its root is pivoted."""
 
 
 def container_spec(config: ContainerConfig) -> dict[str, Any]:
@@ -101,6 +107,9 @@ def container_spec(config: ContainerConfig) -> dict[str, Any]:
                 {"allow": True, "type": "c", "major": major, "access": "rwm"}
                 for major, minor in _ALLOWED_DEVICES]
     period = 100_000
+    hooks = {"createContainer": [
+        {"path": MOUNT, "args": ["mount", "--bind", "-o", "ro,nosuid,nodev,noexec", bind.source, bind.destination]}
+        for bind in config.proc_binds]} if config.proc_binds else {}
     return {
         "ociVersion": "1.0.2",
         "process": {
@@ -131,6 +140,7 @@ def container_spec(config: ContainerConfig) -> dict[str, Any]:
             "readonlyPaths": READONLY_PATHS,
             "seccomp": default_profile(agent_filters=not config.build),
         },
+        **({"hooks": hooks} if hooks else {}),
     }
 
 

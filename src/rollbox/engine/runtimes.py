@@ -45,6 +45,9 @@ class Runtime:
     namespace (how an egress allowlist reaches it), and the host can open its ports from inside its namespace."""
     isolates_commands: bool = True
     """Whether the agent can run isolated commands (user namespaces and overlay mounts inside the sandbox)."""
+    own_boot_id: bool = True
+    """Whether each container gets a boot id of its own (`oci.ContainerConfig.proc_binds`, a hook in the
+    container's mount namespace): the host's would tell sandboxes of other tenants on the same machine apart."""
 
     def _base(self) -> list[str]:
         return [self.binary, "--root", str(self.state_root), *self.global_flags]
@@ -169,6 +172,8 @@ class Runsc(Runtime):
         return ["run", "-detach", "-bundle", str(bundle)]
 
     checkpoints: bool = True
+    own_boot_id: bool = False
+    """This gVisor's /proc has no sys/kernel/random: no host's boot id shows through."""
 
     def _restore_args(self, bundle: Path, checkpoint: Path) -> list[str]:
         return ["restore", "-detach", "-bundle", str(bundle), "-image-path", str(checkpoint)]

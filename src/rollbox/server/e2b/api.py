@@ -34,7 +34,7 @@ from rollbox.models import MAX_FORK, ClaimRequest, SandboxInfo
 from rollbox.node import Node
 from rollbox.server.e2b.access import Access
 from rollbox.server.e2b.network import claim_network, egress
-from rollbox.server.routing import json_object
+from rollbox.server.routing import json_object, problems
 from rollbox.spec import Network
 
 log = logging.getLogger("rollbox.server.e2b")
@@ -289,9 +289,7 @@ async def parse(request: Request, model: type[BodyT]) -> BodyT:
     try:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(str(p) for p in item['loc']) or 'body'}: {item['msg']}"
-                             for item in error.errors())
-        raise UnprocessableBody(f"invalid request: {problems}") from None
+        raise UnprocessableBody(f"invalid request: {problems(error)}") from None
 
 
 def sandbox_domain(request: Request, domains: tuple[str, ...]) -> str:
