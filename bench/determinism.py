@@ -3,7 +3,7 @@ in two episodes of the same actions (the host's clock, load and uptime made to d
 gVisor, in deterministic mode and in the default mode; and what the mode costs: exec `true` and an RL episode
 (claim, start state, five steps, delete), deterministic and default runs alternated in one run.
 
-    PYTHONPATH=src python bench/determinism.py [--runtimes runc,runsc] [--execs 200] [--episodes 12]
+    PYTHONPATH=src python bench/determinism.py [--runtimes runc,runsc] [--execs 200] [--episodes 20]
 
 Targets: 20 of 20 identical under each runtime; exec `true` and an episode within 1.1x of the default mode.
 """
@@ -96,9 +96,9 @@ def costs(engine: Engine, runtime: str, templates: dict[bool, str], execs: int, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runtimes", default="runc,runsc")
-    parser.add_argument("--execs", type=int, default=200, help="exec `true` per mode under runc (a tenth under runsc)")
-    parser.add_argument("--episodes", type=int, default=12,
-                        help="RL episodes per mode under runc (a third under runsc)")
+    parser.add_argument("--execs", type=int, default=200, help="exec `true` per mode under runc (a fifth under runsc)")
+    parser.add_argument("--episodes", type=int, default=20,
+                        help="RL episodes per mode under runc (a fifth under runsc)")
     args = parser.parse_args()
     runtimes = args.runtimes.split(",")
     figures: dict = {"bench": "determinism", "machine": machine(), "identical": {}, "default_identical": {},
@@ -116,9 +116,9 @@ def main() -> None:
             figures["identical"][runtime] = sum(same.values())
             figures["default_identical"][runtime] = sum(default.values())
             missed += [f"{runtime}: {name} differs" for name, equal in same.items() if not equal]
-            scale = 10 if runtime == "runsc" else 1
-            overhead = costs(engine, runtime, templates, max(10, args.execs // scale),
-                             max(3, args.episodes // (3 if scale > 1 else 1)), progress)
+            slower = runtime == "runsc"  # a command there takes tens of ms, an episode seconds
+            overhead = costs(engine, runtime, templates, max(10, args.execs // (5 if slower else 1)),
+                             max(3, args.episodes // (5 if slower else 1)), progress)
             figures["overhead"][runtime] = overhead
             for name in ("exec_true_ms", "episode_ms"):
                 if overhead[name]["ratio"] > OVERHEAD:
