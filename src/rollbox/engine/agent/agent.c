@@ -84,6 +84,20 @@ static void handle(int conn, int sigfd) {
 
 static const char *socket_path; /* --path only */
 
+/* ROLLBOX_DETERMINISTIC's value until the sandbox is made deterministic: after the host's first ping is answered,
+ * so that the work (process ids taken, the stream's pipe filled) neither holds up the start nor competes with the
+ * runtime's own exit; before any command or D and Q frame in any case. */
+static char *det_setting;
+static int det_pinged; /* the host has seen the agent answer: the next idle moment is the one */
+#define DET_IDLE_MS 100 /* without a ping (the host pings every start), so long after the start */
+
+static void det_ready(void) {
+    if (!det_setting) return;
+    det_open(det_setting);
+    free(det_setting);
+    det_setting = NULL;
+}
+
 /* A connection waits in the main process until its first frame has come: pings and the D and Q frames are
  * answered there, without forking a handler, so that process ids are taken by commands alone and the same
  * commands take the same ones (docs/determinism.md). */
@@ -109,8 +123,13 @@ static int answer_here(int conn) {
     uint32_t len;
     int type = read_frame(conn, &data, &len);
     if (type < 0) return 1;
-    if (type == 'P') send_frame(conn, 'P', VERSION, sizeof VERSION - 1);
-    else det_frame(conn, type, data, len);
+    if (type == 'P') {
+        send_frame(conn, 'P', VERSION, sizeof VERSION - 1);
+        det_pinged = 1;
+    } else {
+        det_ready();
+        det_frame(conn, type, data, len);
+    }
     free(data);
     return 1;
 }
@@ -148,6 +167,7 @@ static int hold(int listener) {
 
 /* Forks the handler that takes the connection. */
 static void serve(int conn, int listener, int sigfd, sigset_t *chld) {
+    det_ready();
     pid_t handler = fork();
     if (handler == 0) {
         /* A signalfd reports the signals of the process that created it (under gVisor
@@ -174,8 +194,8 @@ int main(int argc, char **argv) {
     int listener = -1;
     /* From the environment rather than the command line, which every command's `ps` shows: a sandbox claimed
      * warm (seeded later by a D frame) and one started with its seed must look alike. */
-    char *deterministic = getenv("ROLLBOX_DETERMINISTIC");
-    if (deterministic) deterministic = strdup(deterministic);
+    det_setting = getenv("ROLLBOX_DETERMINISTIC");
+    if (det_setting) det_setting = strdup(det_setting);
     unsetenv("ROLLBOX_DETERMINISTIC");
     if (argc == 3 && strcmp(argv[1], "--fd") == 0) {
         listener = atoi(argv[2]);
@@ -220,7 +240,6 @@ int main(int argc, char **argv) {
     set_nonblock(listener);
     for (int fd = 3; fd < 1024; fd++)
         if (fd != listener) close(fd);
-    if (deterministic) det_open(deterministic);
     signal(SIGPIPE, SIG_IGN);
     sigset_t chld;
     sigemptyset(&chld);
@@ -235,7 +254,10 @@ int main(int argc, char **argv) {
         struct pollfd fds[4 + PENDING] = {{listener, POLLIN, 0}, {sigfd, POLLIN, 0}, {registry[0], POLLIN, 0},
                                           {det_fifo, POLLOUT, 0}};
         for (int i = 0; i < npending; i++) fds[4 + i] = (struct pollfd){pending[i].fd, POLLIN, 0};
-        if (poll(fds, (nfds_t)(4 + npending), npending ? 1000 : -1) < 0) {
+        int polled = poll(fds, (nfds_t)(4 + npending), det_setting ? (det_pinged ? 0 : DET_IDLE_MS)
+                          : npending ? 1000 : -1);
+        if (polled == 0) det_ready(); /* idle after the host's ping (or long after the start, without one) */
+        if (polled < 0) {
             if (errno == EINTR) continue;
             die("poll");
         }

@@ -60,9 +60,10 @@ static void anchor(int64_t real, int64_t virt) {
 }
 
 /* Sets the clock, the streams and the file times from `s` (and its `anchors`, which continue another sandbox's
- * timeline: a fork's); without anchors, the episode starts now. */
+ * timeline: a fork's); without anchors, the episode starts when the container was made (its start, which the host
+ * tells) or now (a D frame's): files stamped from then on show the seed's start until the first command. */
 static void apply(const struct det_state *s, const struct det_anchor *anchors) {
-    if (s->seed != det->seed || !s->anchors)
+    if (det->magic == DET_MAGIC && (s->seed != det->seed || !s->anchors)) /* a new page is zero already */
         for (int i = 0; i < DET_PIDS; i++) atomic_store_explicit(&det->random_pos[i], 0, memory_order_relaxed);
     det->seed = s->seed;
     det->boot = s->boot;
@@ -71,7 +72,7 @@ static void apply(const struct det_state *s, const struct det_anchor *anchors) {
     uint32_t n = s->anchors < DET_ANCHORS ? s->anchors : DET_ANCHORS;
     if (n) memcpy(det->anchor, anchors, n * sizeof *anchors);
     atomic_store(&det->anchors, n);
-    if (!n) anchor(real_ns(CLOCK_REALTIME_COARSE), s->now);
+    if (!n) anchor(s->born ? s->born : real_ns(CLOCK_REALTIME_COARSE), s->now);
     atomic_store(&det->dirty, 0);
     atomic_store(&det->last_end, 0);
     restream(s->seed, s->fifo_pos);
