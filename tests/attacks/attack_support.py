@@ -139,3 +139,14 @@ def host_free_bytes(path: str = "/") -> int:
 def rss_bytes() -> int:
     """Resident memory of this process (the engine runs in it)."""
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_run_dir(engine: Engine, sandbox: Container) -> None:
+    """The sandbox's run directory on the host holds what the engine put there and nothing more: its agent's
+    socket and, where it has one, the boot id its sandbox reads (unchanged: a UUID and a newline)."""
+    run_dir = engine.run_dir / sandbox.id
+    own_boot_id = engine.runtime(sandbox.info.runtime).own_boot_id
+    assert sorted(os.listdir(run_dir)) == ["agent.sock", *(["boot_id"] if own_boot_id else [])], \
+        "the sandbox wrote into the host's run directory"
+    if own_boot_id:
+        assert len((run_dir / "boot_id").read_text()) == 37

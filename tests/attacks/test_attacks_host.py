@@ -20,7 +20,7 @@ import pytest
 
 from rollbox.engine import Container, Engine
 from rollbox.errors import InvalidRequest, SandboxNotRunning
-from tests.attacks.attack_support import Host, Neighbour, answers_or_resets, new_sandbox
+from tests.attacks.attack_support import Host, Neighbour, answers_or_resets, check_run_dir, new_sandbox
 
 USERS = pytest.mark.parametrize("user", [None, "root"], ids=["user", "root"])
 
@@ -227,7 +227,7 @@ EOF"""
     for attempt in (user, "root"):
         result = box.exec(forge, user=attempt)
         assert {line for line in result.stdout.splitlines() if line.endswith(" ok")} <= allowed, result
-        assert sorted(os.listdir(attack_engine.run_dir / box.id)) == ["agent.sock"]
+        check_run_dir(attack_engine, box)
         genuine = box.exec("echo genuine; exit 3")
         assert (genuine.exit_code, genuine.stdout) == (3, "genuine\n"), "a command answered in the agent's place"
         # The lock holds again after a restart of the sandbox over the same socket directory.
