@@ -36,17 +36,19 @@ node's capacity filled by 64 clients, whose deletions must keep pace with their 
 
 LONGEST = ("tests/e2e/test_api_fuzz.py", "tests/engine/test_determinism.py", "tests/engine/test_images.py",
            "tests/engine/test_bases.py", "tests/rl/test_rl_gateway_agent.py")
-"""Modules that take minutes on one worker, longest first. `make test` hands out whole modules in the order collected
-(`--no-loadscope-reorder`): these first, so that its workers start on them rather than end on them, then the rest
-with the most tests first (pytest-xdist's own order)."""
+"""Modules that take minutes on one worker, longest first. `make test` hands out whole modules to its workers in the
+order collected (`--no-loadscope-reorder`): these first, so that the workers start on them rather than end on them,
+then the rest with the most tests first (pytest-xdist's own order). The serial set keeps its path order: its
+clusters were measured in it."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
-    sizes = Counter(item.nodeid.split("::")[0] for item in items)
-    items.sort(key=lambda item: (_rank(item), -sizes[item.nodeid.split("::")[0]]))  # stable within a module
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker; alone (the serial set), modules keep their path order
+        sizes = Counter(item.nodeid.split("::")[0] for item in items)
+        items.sort(key=lambda item: (_rank(item), -sizes[item.nodeid.split("::")[0]]))  # stable within a module
 
 
 def _rank(item: pytest.Item) -> int:
