@@ -108,8 +108,7 @@ def container_spec(config: ContainerConfig) -> dict[str, Any]:
                 for major, minor in _ALLOWED_DEVICES]
     period = 100_000
     hooks = {"createContainer": [
-        {"path": MOUNT,
-         "args": ["mount", "--no-mtab", "--bind", "-o", "ro,nosuid,nodev,noexec", bind.source, bind.destination]}
+        {"path": MOUNT, "args": ["mount", "--bind", "-o", "ro,nosuid,nodev,noexec", bind.source, bind.destination]}
         for bind in config.proc_binds]} if config.proc_binds else {}
     return {
         "ociVersion": "1.0.2",
