@@ -177,13 +177,13 @@ class FileClock:
         self._changed[container_id] = now
 
     def settle(self, container_id: str) -> None:
-        changed = self._changed.pop(container_id, None)
-        while changed is not None and _file_clock() <= changed:
+        changed = self._changed.pop(container_id, 0)
+        while _file_clock() <= changed:
             time.sleep(0.0002)
 
     async def settle_async(self, container_id: str) -> None:
-        changed = self._changed.pop(container_id, None)
-        while changed is not None and _file_clock() <= changed:
+        changed = self._changed.pop(container_id, 0)
+        while _file_clock() <= changed:
             await asyncio.sleep(0.0002)
 
 

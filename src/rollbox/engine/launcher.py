@@ -146,7 +146,7 @@ class Launcher:
                                  "from a template with spec.deterministic")
         record.determinism = {**record.determinism, "seed": determinism.check_seed(seed)}
         determinism.write_machine(self.run_dir / record.id / "machine", record.determinism)
-        if (self.run_dir / record.id / "boot_id").exists():
+        if self.runtime(record.runtime).own_boot_id:
             _write_boot_id(self.run_dir / record.id / "boot_id", record)
         self.agent_client(record).exchange(
             b"D", determinism.continued_state(state, seed) if state else determinism.fresh_state(seed))

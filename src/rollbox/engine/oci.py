@@ -107,9 +107,9 @@ def container_spec(config: ContainerConfig) -> dict[str, Any]:
                 {"allow": True, "type": "c", "major": major, "access": "rwm"}
                 for major, minor in _ALLOWED_DEVICES]
     period = 100_000
-    hooks = {"createContainer": [
+    binds_in_proc = [
         {"path": MOUNT, "args": ["mount", "--bind", "-o", "ro,nosuid,nodev,noexec", bind.source, bind.destination]}
-        for bind in config.proc_binds]} if config.proc_binds else {}
+        for bind in config.proc_binds]
     return {
         "ociVersion": "1.0.2",
         "process": {
@@ -140,7 +140,7 @@ def container_spec(config: ContainerConfig) -> dict[str, Any]:
             "readonlyPaths": READONLY_PATHS,
             "seccomp": default_profile(agent_filters=not config.build),
         },
-        **({"hooks": hooks} if hooks else {}),
+        **({"hooks": {"createContainer": binds_in_proc}} if binds_in_proc else {}),
     }
 
 
