@@ -54,6 +54,7 @@ from rollbox.models import (
     TemplateInfo,
     WarmPoolInfo,
 )
+from rollbox.node.answers import Answers
 from rollbox.node.base import FileOp, OutputCallback
 from rollbox.server import create_app
 from rollbox.server.listen import listen_tcp, server
@@ -73,6 +74,7 @@ class SimulatedNode:
         self.name = name
         self.max_sandboxes = max_sandboxes
         self.claimed: dict[str, SandboxInfo] = {}
+        self.answers = Answers()
         self.built: dict[str, TemplateInfo] = {}
         self.pools: dict[str, SandboxWarmPool] = {}
 
@@ -155,8 +157,15 @@ class SimulatedNode:
         self.claimed[info.id] = info
         return info
 
-    async def abandon(self, tenant: str, sandbox_id: str) -> None:
-        self.claimed.pop(sandbox_id, None)
+    async def answered(self, tenant: str, sandbox_id: str, taken: bool, attempt: str | None = None) -> None:
+        if self.answers.answered(tenant, sandbox_id, taken, attempt):
+            self.claimed.pop(sandbox_id, None)
+
+    async def withdraw(self, attempts: list[str]) -> None:
+        for attempt in attempts:
+            unheld = self.answers.withdraw(attempt)
+            if unheld is not None:
+                self.claimed.pop(unheld[1], None)
 
     async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
         if request_key is not None:

@@ -99,8 +99,12 @@ class MemoryNode:
             self.keys[(tenant, request.request_key)] = info.id
         return info
 
-    async def abandon(self, tenant: str, sandbox_id: str) -> None:
-        self.sandboxes.pop(sandbox_id, None)
+    async def answered(self, tenant: str, sandbox_id: str, taken: bool, attempt: str | None = None) -> None:
+        if not taken:
+            self.sandboxes.pop(sandbox_id, None)
+
+    async def withdraw(self, attempts: list[str]) -> None:
+        """Nothing here is sent on by a router."""
 
     async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
         if request_key is not None:

@@ -3,11 +3,12 @@ router reads nginx's lines (tests/cluster/test_cluster_edge.py runs the real thi
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
 
-from rollbox.cluster.edge import _CallLines
+from rollbox.cluster.edge import _CallLines, undelivered
 from rollbox.cluster.edge_config import FAIL_TIMEOUT, WARM_WAIT, Routes, render, targets
 from rollbox.cluster.view import RESTART_WAIT, NodeState
 from rollbox.server.metrics import Metrics
@@ -121,16 +122,19 @@ def test_ids_name_their_nodes_as_the_router_reads_them() -> None:
 
 def test_the_router_counts_and_logs_what_nginx_passed_on() -> None:
     metrics = Metrics()
-    lines = _CallLines(metrics)
+    withdrawn: list[tuple[str, str]] = []
+    lines = _CallLines(metrics, lambda url, attempt: withdrawn.append((url, attempt)))
     command = ('{"method":"POST","tenant":"alice","uri":"/v1/sandboxes/w-1-9f3c/exec",'
                '"body":"{\\"command\\": \\"exit 3\\"}","status":"200","exit_code":"3","seconds":"0.004"}\n')
     claim = ('{"method":"POST","tenant":"bob","uri":"/v1/sandboxes","body":"{\\"warmpool\\": \\"p\\"}","status":"201",'
-             '"exit_code":"","seconds":"0.001"}\n')
+             '"exit_code":"","seconds":"0.001","attempt":"a1","upstreams":"10.0.0.1:7000, 10.0.0.2:7000",'
+             '"statuses":"504, 201"}\n')
     unreadable = "not a line nginx writes\n"
     data = (command + claim + unreadable + command).encode()
     lines.data_received(data[:50])  # lines arrive in pieces
     lines.data_received(data[50:])
     assert metrics.execs._value.get() == 2 and metrics.claims._value.get() == 1
+    assert withdrawn == [("http://10.0.0.1:7000", "a1")]  # nginx stopped waiting for the first node
     logged = metrics.activity.commands.tail("w-1-9f3c")
     assert [(entry["command"], entry["exit_code"], entry["tenant"]) for entry in logged] == [("exit 3", 3, "alice")] * 2
     lines.data_received(b'{"method":"DELETE","tenant":"alice","uri":"/v1/sandboxes/w-1-9f3c","body":"",'
@@ -139,3 +143,35 @@ def test_the_router_counts_and_logs_what_nginx_passed_on() -> None:
     lines.data_received(b'{"method":"DELETE","tenant":"alice","uri":"/v1/sandboxes/w-1-9f3c","body":"",'
                         b'"status":"204","exit_code":"","seconds":"0.001"}\n')
     assert metrics.activity.commands.tail("w-1-9f3c") == [] and metrics.execs._value.get() == 2
+
+
+def claim_line(status: str, upstreams: str, statuses: str) -> dict[str, str]:
+    return {"method": "POST", "uri": "/v1/sandboxes", "tenant": "t", "status": status, "attempt": "r1",
+            "upstreams": upstreams, "statuses": statuses}
+
+
+def test_a_claim_is_withdrawn_on_every_node_nginx_tried_that_may_have_made_it_for_nobody() -> None:
+    """A node that refused (404 no warm sandbox, 429, 503) made nothing, and the one whose 201 reached the caller
+    holds it; any other may have made one: nginx stopped waiting (504), lost the connection (502), or its caller
+    left (499)."""
+    a, b, c = "10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"
+    assert undelivered(claim_line("201", f"{a}, {b}, {c}", "404, 504, 201")) == [(f"http://{b}", "r1")]
+    assert undelivered(claim_line("201", f"{a}", "201")) == []
+    # none took it warm: the router placed it (after " : "), and withdraws its own attempts
+    assert undelivered(claim_line("201", f"{a}, {b} : 127.0.0.1:9000", "502, 404 : 201")) == [(f"http://{a}", "r1")]
+    # the caller left while a node made it
+    assert undelivered(claim_line("499", f"{a}", "-")) == [(f"http://{a}", "r1")]
+    assert undelivered(claim_line("499", f"{a}", "201")) == [(f"http://{a}", "r1")]
+    # every node out of the turn: nginx names its group, no node
+    assert undelivered(claim_line("201", "rollbox_claims : 127.0.0.1:9000", "502 : 201")) == []
+
+
+def test_only_claims_a_node_answered_count_as_nginx_s() -> None:
+    """The router counts the claims it placed itself."""
+    metrics = Metrics()
+    lines = _CallLines(metrics, lambda url, attempt: None)
+    for status, upstreams, statuses in (("201", "10.0.0.1:7000 : 127.0.0.1:9000", "404 : 201"),
+                                        ("503", "10.0.0.1:7000", "503")):
+        lines.data_received(json.dumps({**claim_line(status, upstreams, statuses), "body": "", "exit_code": "",
+                                        "seconds": "0.001"}).encode() + b"\n")
+    assert metrics.claims._value.get() == 0

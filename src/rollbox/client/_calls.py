@@ -58,6 +58,7 @@ from rollbox.models import (
     VolumeInfo,
     VolumeRequest,
     WarmPoolInfo,
+    WithdrawRequest,
 )
 
 _HEALTH = _json(TypeAdapter(Health))
@@ -215,6 +216,12 @@ def claim(request: ClaimRequest) -> Call[SandboxInfo]:
 
 def list_sandboxes(request_key: str | None = None) -> Call[list[SandboxInfo]]:
     return _get("/v1/sandboxes", _SANDBOXES, None if request_key is None else {"request_key": request_key})
+
+
+def withdraw(attempts: list[str]) -> Call[None]:
+    """A router's: the claim attempts whose answers it dropped (node/answers.py)."""
+    return Call("POST", "/v1/withdrawals", _none, body=_dump(WithdrawRequest(attempts=attempts)), headers=JSON,
+                idempotent=True)
 
 
 def renew_lease(lease_id: str, ttl: float) -> Call[LeaseInfo]:

@@ -5,12 +5,19 @@ snapshot on a node that holds it, one with volumes where they are, one of an ima
 A claim sent again after its answer was lost (`retry`, with its `request_key`) first asks every answering node
 for the sandbox that key made: the nodes are the source of truth, so any router finds it, whichever served the
 first attempt (docs/faults.md). A node that stops answering while it makes a claim holds up nothing: the claim is
-cancelled there (the node drops what it makes for nobody) and tried on the next node.
+cancelled there and tried on the next node.
+
+Every claim and key lookup sent to a node carries an attempt id. One whose answer the router drops (cancelled, cut
+off, a second sandbox found for a key, or its own caller gone: `answered`) is withdrawn on its node
+(withdrawals.py), so a sandbox nobody holds ends there (node/answers.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 import httpx
@@ -21,8 +28,16 @@ from rollbox.cluster.remote import RemoteNode
 from rollbox.cluster.view import NodeState
 from rollbox.cluster.volumes import ClusterVolumes
 from rollbox.cluster.watcher import Watcher
+from rollbox.cluster.withdrawals import Withdrawals
 from rollbox.errors import CapacityExceeded, NodeUnavailable, SnapshotNotFound
 from rollbox.models import ClaimRequest, SandboxInfo
+
+SENT_WINDOW = 60.0
+"""Seconds the router remembers where an answered sandbox came from, for a caller that turns out gone."""
+
+
+def new_attempt() -> str:
+    return secrets.token_hex(16)
 
 
 class ClusterClaims:
@@ -34,6 +49,10 @@ class ClusterClaims:
         self._images = images
         self._volumes = volumes
         self._ready = ReadyEstimate()
+        self.withdrawals = Withdrawals(remote)
+        self._sent: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
+        """Each sandbox the router answered and the node's URL and attempt it came by, until `answered` (oldest
+        first; kept SENT_WINDOW for callers that never tell)."""
 
     async def claim(self, tenant: str, request: ClaimRequest, retry: bool) -> SandboxInfo:
         if retry and request.request_key:
@@ -52,27 +71,58 @@ class ClusterClaims:
         for name in candidates:
             node = self._watcher.view[name]
             self._ready.took(name, request.warmpool)
+            attempt = new_attempt()
             try:
-                info = await self._watcher.answering(name, self._remote(node.url).claim(tenant, request))
-                if request.image:
-                    self._images.claimed(request.image, name)
-                return info
+                info = await self._watcher.answering(name, self._remote(node.url).claim(tenant, request, attempt))
             except (CapacityExceeded, NodeUnavailable, httpx.TransportError) as error:
                 refused = error  # full, or gone since the last look: the next node may have room
+                if not isinstance(error, CapacityExceeded | httpx.ConnectError | httpx.ConnectTimeout):
+                    self.withdrawals.add(node.url, attempt)  # it may have been made: for nobody
+                continue
+            if request.image:
+                self._images.claimed(request.image, name)
+            return self._sending(info, node.url, attempt)
         if isinstance(refused, CapacityExceeded):
             raise refused
         raise NodeUnavailable("no node of the cluster serves claims now: see the router's /healthz")
 
     async def made(self, tenant: str, key: str) -> SandboxInfo | None:
-        """The sandbox a claim with `key` made, on whichever node answers for it (waiting for one under way)."""
-        found = await asyncio.gather(*(self._watcher.answering(node.name, self._remote(node.url).claims(tenant, key))
-                                       for node in self._answering()), return_exceptions=True)
-        for answer in found:
-            if isinstance(answer, list) and answer:
-                return answer[0]
-            if isinstance(answer, BaseException) and not isinstance(answer, NodeUnavailable | httpx.TransportError):
-                raise answer
-        return None
+        """The sandbox a claim with `key` made, on whichever node answers for it (waiting for one under way). Two
+        nodes may each have made one (a claim nginx gave up on, and the router's): the second is withdrawn."""
+        nodes = self._answering()
+        attempts = [new_attempt() for _ in nodes]
+        found = await asyncio.gather(*(self._watcher.answering(node.name, self._remote(node.url).claims(
+            tenant, key, attempt)) for node, attempt in zip(nodes, attempts, strict=True)), return_exceptions=True)
+        chosen: tuple[SandboxInfo, str, str] | None = None
+        failure: BaseException | None = None
+        for node, attempt, answer in zip(nodes, attempts, found, strict=True):
+            if isinstance(answer, list) and answer and chosen is None:
+                chosen = (answer[0], node.url, attempt)
+            elif isinstance(answer, list) and not answer:
+                continue
+            else:  # a second sandbox, or an answer that may have handed one out and was lost
+                self.withdrawals.add(node.url, attempt)
+                if isinstance(answer, BaseException) and not isinstance(answer, NodeUnavailable | httpx.TransportError):
+                    failure = answer
+        if failure is not None:
+            if chosen is not None:
+                self.withdrawals.add(chosen[1], chosen[2])
+            raise failure
+        return None if chosen is None else self._sending(*chosen)
+
+    def answered(self, sandbox_id: str, taken: bool) -> None:
+        """The router's answer carrying the sandbox reached its caller (`taken`) or found it gone: then the node's
+        answer is withdrawn."""
+        sent = self._sent.pop(sandbox_id, None)
+        if sent is not None and not taken:
+            self.withdrawals.add(sent[0], sent[1])
+
+    def _sending(self, info: SandboxInfo, url: str, attempt: str) -> SandboxInfo:
+        now = time.monotonic()
+        self._sent[info.id] = (url, attempt, now)
+        while self._sent and now - next(iter(self._sent.values()))[2] > SENT_WINDOW:
+            self._sent.popitem(last=False)
+        return info
 
     async def holding_snapshot(self, tenant: str, name: str, nodes: list[NodeState]) -> list[NodeState]:
         held = await asyncio.gather(*(self._remote(node.url).snapshots(tenant) for node in nodes),

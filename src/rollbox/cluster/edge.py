@@ -28,7 +28,7 @@ import socket as sockets
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,6 +39,10 @@ from rollbox.server.metrics import Metrics
 log = logging.getLogger("rollbox.cluster")
 
 NGINX = "nginx"
+REFUSED = {"404", "429", "503"}
+"""A node's answers to a warm claim that made nothing."""
+Withdraw = Callable[[str, str], None]
+"""Withdraws a claim attempt (its id) on the node at a URL (cluster/withdrawals.py)."""
 PIPE_SIZE = 1 << 20
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
@@ -90,12 +94,13 @@ class Edge:
             ", ".join(self._routes.claiming) or "none")
         return True
 
-    async def follow_calls(self, metrics: Metrics) -> None:
-        """Counts and logs each command and claim nginx passed to a node, as the router's routes do theirs, until
-        cancelled."""
+    async def follow_calls(self, metrics: Metrics, withdraw: Withdraw) -> None:
+        """Counts and logs each command and claim nginx passed to a node, as the router's routes do theirs, and has
+        `withdraw` the claims nginx may have left made for nobody (`undelivered`), until cancelled."""
         loop = asyncio.get_running_loop()
         # the transport reads, and closes, a copy: the pipe keeps a reader of its own until nginx is gone
-        transport, _ = await loop.connect_read_pipe(lambda: _CallLines(metrics), os.fdopen(os.dup(self._reader), "rb"))
+        transport, _ = await loop.connect_read_pipe(lambda: _CallLines(metrics, withdraw),
+                                                    os.fdopen(os.dup(self._reader), "rb"))
         try:
             await asyncio.Future()
         finally:
@@ -139,12 +144,29 @@ class Edge:
         written.replace(self._config)
 
 
+def undelivered(call: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The nodes (their URLs) that may have made a claim nginx logged (the `rollbox_call` format) for nobody, with
+    the attempt to withdraw there: each node it was tried on, but the one whose answer reached the caller, and those
+    that refused it (404 no warm sandbox, 429 full, 503). The router's own placement, after nginx's turn (after
+    " : "), withdraws its own."""
+    tried = call["upstreams"].split(" : ")[0].split(", ")
+    statuses = call["statuses"].split(" : ")[0].split(", ")
+    delivered = call["status"] == "201" and " : " not in call["upstreams"]
+    found = []
+    for index, (address, status) in enumerate(zip(tried, statuses, strict=False)):
+        if status in REFUSED or (delivered and index == len(tried) - 1) or ":" not in address:
+            continue  # refused, delivered, or no node at all ("no live upstreams" names the group)
+        found.append((f"http://{address}", call["attempt"]))
+    return found
+
+
 class _CallLines(asyncio.Protocol):
     """nginx's lines (the `rollbox_call` log format) about the commands and claims it passed to nodes, recorded in
-    the router's metrics and command log."""
+    the router's metrics and command log; claims left for nobody withdrawn."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, withdraw: Withdraw) -> None:
         self.metrics = metrics
+        self.withdraw = withdraw
         self.pending = b""
 
     def data_received(self, data: bytes) -> None:
@@ -159,7 +181,10 @@ class _CallLines(asyncio.Protocol):
         seconds = float(call["seconds"]) if call["seconds"].replace(".", "", 1).isdigit() else 0.0
         path = call["uri"].partition("?")[0]
         if path == "/v1/sandboxes":
-            self.metrics.record_claim(seconds)
+            for url, attempt in undelivered(call):
+                self.withdraw(url, attempt)
+            if call["status"] == "201" and " : " not in call["upstreams"]:  # the router counts those it placed
+                self.metrics.record_claim(seconds)
             return
         sandbox_id = path.removeprefix("/v1/sandboxes/").partition("/")[0]
         if call["method"] == "DELETE":  # its commands leave the log, as the router's own delete does

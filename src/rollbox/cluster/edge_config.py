@@ -18,7 +18,7 @@ from rollbox.errors import ConnectionFailed, NodeUnavailable, RollboxError
 from rollbox.models import ErrorBody
 from rollbox.server.auth import OPEN_TENANT, TENANT_HEADER
 from rollbox.server.limits import too_large
-from rollbox.server.sandboxes import EXIT_CODE_HEADER, WARM_ONLY
+from rollbox.server.sandboxes import ATTEMPT_HEADER, EXIT_CODE_HEADER, WARM_ONLY
 
 SAFE = re.compile(r"[A-Za-z0-9._~+/=:-]+")
 """Tokens and node names nginx's configuration may hold as they are; calls with others go to the router."""
@@ -98,7 +98,7 @@ def render(routes: Routes, root: Path) -> str:
         claim_map = '    "~^POST\\|[^|]+\\|$" warm;'
         warm_claims = _WARM_CLAIMS.format(root=root, calls=CALLS, max_body=routes.max_body, wait=WARM_WAIT,
                                           warm_only=f"/v1/sandboxes?{WARM_ONLY.name}=true", secret=routes.secret,
-                                          tenant_header=TENANT_HEADER)
+                                          tenant_header=TENANT_HEADER, attempt_header=ATTEMPT_HEADER)
     return _CONFIG.format(
         root=root, listen=routes.listen, router=routes.router, keepalive=_KEEPALIVE, upstreams="\n".join(upstreams),
         tenants=tenants, open_default=OPEN_TENANT if not routes.tokens else '""', secret=routes.secret,
@@ -202,13 +202,10 @@ http {{
     default router;
 {claim_map}
   }}
-  map $status $rollbox_claimed {{
-    201 1;
-    default 0;
-  }}
   log_format rollbox_call escape=json
     '{{"method":"$request_method","tenant":"$rollbox_tenant","uri":"$request_uri","body":"$request_body",'
-    '"status":"$status","exit_code":"$upstream_http_{exit_header}","seconds":"$upstream_response_time"}}';
+    '"status":"$status","exit_code":"$upstream_http_{exit_header}","seconds":"$upstream_response_time",'
+    '"attempt":"$request_id","upstreams":"$upstream_addr","statuses":"$upstream_status"}}';
   map $http_upgrade $rollbox_connection {{
     default upgrade;
     "" "";
@@ -271,6 +268,7 @@ http {{
       proxy_set_header {tenant_header} "";
     }}
 {warm_claims}    location @claimed_by_router {{
+      access_log {root}/{calls} rollbox_call;
       error_page 502 504 = @router_gone;
       proxy_pass http://rollbox_router$request_uri;
       proxy_set_header Host $http_host;
@@ -298,15 +296,17 @@ _WARM_CLAIMS = """\
       proxy_next_upstream error timeout http_404 http_429 http_503 non_idempotent;
       proxy_intercept_errors on;
       error_page 404 429 502 503 504 = @claimed_by_router;
-      access_log {root}/{calls} rollbox_call if=$rollbox_claimed;
+      access_log {root}/{calls} rollbox_call;
       proxy_pass http://rollbox_claims{warm_only};
       proxy_set_header Host $http_host;
       proxy_set_header Connection "";
       proxy_set_header Authorization "Bearer {secret}";
       proxy_set_header {tenant_header} $rollbox_tenant;
+      proxy_set_header {attempt_header} $request_id;
     }}
 """
 """The warm claims' location, when some node takes claims: each node within `wait`, a 404 (no warm sandbox there) or
 a failure passing the claim to the next, and the router placing what none took. A node that failed (no connection,
-no answer in time) leaves the turn for FAIL_TIMEOUT; a 404 does not count as failing. A node that made a claim nginx
-stopped waiting for sees its caller gone, and drops it (server/sandboxes.py)."""
+no answer in time) leaves the turn for FAIL_TIMEOUT; a 404 does not count as failing. Each claim is logged, with the
+nodes it was tried on: a node that may have made it for nobody (nginx stopped waiting for it) has the attempt (the
+request's id) withdrawn by the router (edge.py's `undelivered`, node/answers.py)."""

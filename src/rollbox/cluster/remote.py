@@ -9,6 +9,7 @@ is restarting, cut off or gone.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from rollbox import tracing
@@ -50,6 +51,7 @@ from rollbox.models import (
 )
 from rollbox.node.base import FileOp, OutputCallback
 from rollbox.server.auth import TENANT_HEADER
+from rollbox.server.sandboxes import ATTEMPT_HEADER
 from rollbox.spec import Network, Resource
 
 T = TypeVar("T")
@@ -57,6 +59,10 @@ ROUTER_TENANT = "router"
 """Who templates and warm pools are changed for: the router checked the caller is an admin."""
 TIMEOUT = 600.0
 """Seconds a call may take (a template build, a fork); an exec's own timeout is added to it."""
+
+
+def _attempt(call: Call[T], attempt: str) -> Call[T]:
+    return replace(call, headers={**(call.headers or {}), ATTEMPT_HEADER: attempt})
 
 
 def no_progress(message: str) -> None:
@@ -129,11 +135,17 @@ class RemoteNode:
 
     # -- claims -----------------------------------------------------------------------------
 
-    async def claim(self, tenant: str, request: ClaimRequest) -> SandboxInfo:
-        return await self.send(tenant, calls.claim(request))
+    async def claim(self, tenant: str, request: ClaimRequest, attempt: str) -> SandboxInfo:
+        """`attempt`: the id the router withdraws the answer by if it drops it (node/answers.py)."""
+        return await self.send(tenant, _attempt(calls.claim(request), attempt))
 
-    async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
-        return await self.send(tenant, calls.list_sandboxes(request_key))
+    async def claims(self, tenant: str, request_key: str | None = None, attempt: str | None = None
+                     ) -> list[SandboxInfo]:
+        call = calls.list_sandboxes(request_key)
+        return await self.send(tenant, call if attempt is None else _attempt(call, attempt))
+
+    async def withdraw(self, attempts: list[str]) -> None:
+        await self.send(ROUTER_TENANT, calls.withdraw(attempts))
 
     async def get(self, tenant: str, sandbox_id: str) -> SandboxInfo:
         return await self.send(tenant, calls.get_sandbox(sandbox_id))

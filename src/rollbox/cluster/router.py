@@ -27,7 +27,8 @@ from rollbox.cluster.tunnel import open_tunnel
 from rollbox.cluster.view import RESTART_WAIT, NodeState
 from rollbox.cluster.volumes import ClusterVolumes
 from rollbox.cluster.watcher import SERVING, Members, Watcher, down, lost
-from rollbox.errors import NodeUnavailable, SandboxNotFound, TemplateNotFound
+from rollbox.cluster.withdrawals import Withdrawals
+from rollbox.errors import InvalidRequest, NodeUnavailable, SandboxNotFound, TemplateNotFound
 from rollbox.models import (
     ApplyStatus,
     ClaimRequest,
@@ -67,10 +68,16 @@ class ClusterNode(ImageOperations, ClusterProcesses):
         """Who forwards commands and file calls to their nodes: "nginx" in front of the router, or the router
         itself (cluster/serve.py)."""
 
+    @property
+    def withdrawals(self) -> Withdrawals:
+        """The claim answers dropped on their way, withdrawn on their nodes (the edge's too)."""
+        return self._claims.withdrawals
+
     async def start(self) -> None:
         await self.watcher.start()
 
     async def close(self) -> None:
+        await self._claims.withdrawals.close()
         await self.watcher.close()
         for remote in self._remotes.values():
             await remote.close()
@@ -143,10 +150,12 @@ class ClusterNode(ImageOperations, ClusterProcesses):
         """Placed by the router (cluster/claims.py): `warm_only` is for a node's own claims, behind an edge."""
         return await self._claims.claim(tenant, request, retry)
 
-    async def abandon(self, tenant: str, sandbox_id: str) -> None:
-        """A router's caller that hung up: the node agent judges its own caller (this router), which did not hang
-        up. The claim is found by the caller's retry with its request key, or ends with its lease or its
-        `shutdown_after`."""
+    async def answered(self, tenant: str, sandbox_id: str, taken: bool, attempt: str | None = None) -> None:
+        """The node counted its answer as taken by this router; one whose own caller was gone is withdrawn there."""
+        self._claims.answered(sandbox_id, taken)
+
+    async def withdraw(self, attempts: list[str]) -> None:
+        raise InvalidRequest("withdrawals are a node agent's: a router sends them, and takes none")
 
     async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
         if request_key is not None:

@@ -96,7 +96,7 @@ async def _edge(nginx: str | None, listener: sockets.socket, cluster: ClusterNod
         try:
             front.start(cluster.watcher.view)
             following = [asyncio.create_task(_follow(front, cluster)),
-                         asyncio.create_task(front.follow_calls(metrics))]
+                         asyncio.create_task(front.follow_calls(metrics, cluster.withdrawals.add))]
             try:
                 yield routes
             finally:

@@ -59,6 +59,7 @@ from rollbox.models.sandboxes import (
     VolumeRequest,
     VolumeUse,
     WarmPoolInfo,
+    WithdrawRequest,
 )
 
 __all__ = [
@@ -116,4 +117,5 @@ __all__ = [
     "VolumeRequest",
     "VolumeUse",
     "WarmPoolInfo",
+    "WithdrawRequest",
 ]

@@ -95,6 +95,12 @@ class ClaimRequest(Request):
     such, asks for none."""
 
 
+class WithdrawRequest(Request):
+    """Claim attempts whose answers their callers dropped (a cluster's router and its edge only; node/answers.py)."""
+
+    attempts: list[Annotated[str, Field(pattern=KEY)]] = Field(max_length=1000)
+
+
 class ExecRequest(Request):
     """One command. A string runs under `/bin/sh -c`; a list is the argv."""
 

@@ -76,9 +76,12 @@ class Node(Protocol):
         `request_key` made, if there is one. `warm_only`: never cold, but NoWarmSandbox at once, so that a router's
         edge tries another node (cluster/edge.py). `retry`: the claim is sent again, its earlier answer lost (a
         router asks every node for its key)."""
-    async def abandon(self, tenant: str, sandbox_id: str) -> None:
-        """The caller of the claim that made the sandbox hung up before its answer: it ends, unless another caller
-        was handed it (docs/faults.md)."""
+    async def answered(self, tenant: str, sandbox_id: str, taken: bool, attempt: str | None = None) -> None:
+        """An answer carrying the sandbox (a claim's, or a request key lookup's) was sent to a caller still there
+        (`taken`) or gone; a sandbox no answer reached ends (docs/faults.md). `attempt`: the id its caller may
+        withdraw it by."""
+    async def withdraw(self, attempts: list[str]) -> None:
+        """The callers of these attempts dropped their answers after all (node/answers.py)."""
     async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
         """The tenant's sandboxes; with `request_key`, the one a claim with that key made (if any), waited for if
         under way."""

@@ -1,6 +1,7 @@
 """How `LocalNode` makes a claim: a warm container taken on the event loop, or one started cold in a thread; the
 claim's record written before it answers; a request key that made a sandbox already answering that sandbox
-(node/keys.py); and a claim whose caller hung up before its answer ended (`abandon`).
+(node/keys.py); and a sandbox whose answers all found their callers gone ended (`answered`, `withdraw`:
+node/answers.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rollbox.node.store import snapshot_key
 
 if TYPE_CHECKING:
     from rollbox.engine import Engine
+    from rollbox.node.answers import Answers
     from rollbox.node.capacity import Capacity
     from rollbox.node.cost import CostMeters
     from rollbox.node.deletions import Deletions
@@ -39,6 +41,7 @@ class ClaimOperations:
 
     name: str | None
     engine: Engine
+    answers: Answers
     capacity: Capacity
     costs: CostMeters
     deletions: Deletions
@@ -139,9 +142,20 @@ class ClaimOperations:
             request_key=request.request_key, lease=request.lease and request.lease.id,
             lease_ttl=request.lease and request.lease.ttl, env=env, network=network, limits=limits)
 
-    async def abandon(self, tenant: str, sandbox_id: str) -> None:
-        """The claim's caller hung up before its answer: nobody holds the sandbox, so it ends, unless another caller
-        was handed it (its claim sent again)."""
-        if self.keys.abandoned(sandbox_id):
-            with contextlib.suppress(SandboxNotFound):
-                await self.delete(tenant, sandbox_id)
+    async def answered(self, tenant: str, sandbox_id: str, taken: bool, attempt: str | None = None) -> None:
+        """An answer carrying the sandbox (a claim's, or a key lookup's) was sent: it ends if this one found its
+        caller gone and no other answer carrying it reached one."""
+        if self.answers.answered(tenant, sandbox_id, taken, attempt):
+            await self._end(tenant, sandbox_id)
+
+    async def withdraw(self, attempts: list[str]) -> None:
+        """The callers of `attempts` dropped their answers (a router's edge past its wait, say): a sandbox they
+        leave with nobody holding it ends."""
+        for attempt in attempts:
+            unheld = self.answers.withdraw(attempt)
+            if unheld is not None:
+                await self._end(*unheld)
+
+    async def _end(self, tenant: str, sandbox_id: str) -> None:
+        with contextlib.suppress(SandboxNotFound):  # deleted meanwhile
+            await self.delete(tenant, sandbox_id)

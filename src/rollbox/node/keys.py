@@ -1,10 +1,9 @@
 """Claims by their request key (`ClaimRequest.request_key`), so that a claim sent again answers the sandbox the first
-one made, and a claim whose caller hung up before its answer ends rather than run on with nobody holding it.
+one made.
 
 A key belongs to its tenant, and counts for KEY_WINDOW after its claim was made. While a claim with a key is under
-way, a second one with the same key waits for it and answers the same sandbox. A claim whose caller is gone when it
-is made (`abandoned`) ends, unless another call was handed the same sandbox meanwhile (a claim sent again, or a
-router asking for the key, docs/faults.md): that caller holds it now.
+way, a second one with the same key waits for it and answers the same sandbox. Each answer that hands the sandbox
+out is counted (node/answers.py): it ends only if none of them reached a caller.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 from rollbox.models import SandboxInfo
+from rollbox.node.answers import Answers
 from rollbox.node.claims import Claim
 
 KEY_WINDOW = 600.0
@@ -28,15 +28,14 @@ Key = tuple[str, str]
 class ClaimKeys:
     """The node's request keys; used on the event loop only. `held` gives the claim of a sandbox id, if still held."""
 
-    def __init__(self, held: Callable[[str], Claim | None]) -> None:
+    def __init__(self, held: Callable[[str], Claim | None], answers: Answers) -> None:
         self._held = held
+        self._answers = answers
         self._making: dict[Key, asyncio.Future[SandboxInfo]] = {}
         self._made: OrderedDict[Key, tuple[str, float]] = OrderedDict()
         """Each key's sandbox id and when it was made (monotonic), oldest first."""
-        self._handed: set[str] = set()
-        """Sandboxes handed to a caller besides the one whose claim made them."""
-        self._wanted: set[Key] = set()
-        """Keys whose claim under way another caller waits for."""
+        self._waiting: dict[Key, int] = {}
+        """How many callers wait for each key's claim under way: each is handed its sandbox when it is made."""
 
     def adopt(self, claims: list[Claim]) -> None:
         """The keys of claims a restarted node found, counted from now."""
@@ -46,10 +45,11 @@ class ClaimKeys:
                 self._made[(claim.tenant, claim.request_key)] = (claim.sandbox_id, now)
 
     async def find(self, tenant: str, key: str) -> SandboxInfo | None:
-        """The sandbox the key's claim made (waiting for one under way), or None; whoever gets it holds it now."""
+        """The sandbox the key's claim made (waiting for one under way), or None: one more answer hands it out."""
         making = self._making.get((tenant, key))
         if making is not None:
-            self._wanted.add((tenant, key))  # handed as it is made, before its own caller may abandon it
+            # counted as the sandbox is made, before its own claim's answer may find nobody and end it
+            self._waiting[(tenant, key)] = self._waiting.get((tenant, key), 0) + 1
             with contextlib.suppress(Exception):  # that claim failed: this one is made anew
                 return await asyncio.shield(making)
         made = self._made.get((tenant, key))
@@ -59,7 +59,7 @@ class ClaimKeys:
         if claim is None or claim.tenant != tenant:
             return None
         claim.unconfirmed = 0.0
-        self._handed.add(claim.sandbox_id)
+        self._answers.sent(claim.sandbox_id)
         return claim.info()
 
     @contextlib.contextmanager
@@ -69,13 +69,12 @@ class ClaimKeys:
         self._making[(tenant, key)] = future
 
         def made(info: SandboxInfo) -> None:
-            if (tenant, key) in self._wanted:
-                self._handed.add(info.id)
+            self._answers.made(info.id, 1 + self._waiting.pop((tenant, key), 0))
             now = time.monotonic()
             self._made[(tenant, key)] = (info.id, now)
             self._made.move_to_end((tenant, key))
             while self._made and now - next(iter(self._made.values()))[1] > KEY_WINDOW:
-                self._handed.discard(self._made.popitem(last=False)[1][0])
+                self._made.popitem(last=False)
             future.set_result(info)
 
         try:
@@ -87,8 +86,4 @@ class ClaimKeys:
             raise
         finally:
             self._making.pop((tenant, key), None)
-            self._wanted.discard((tenant, key))
-
-    def abandoned(self, sandbox_id: str) -> bool:
-        """Whether a sandbox whose claim's caller hung up should end: not if another caller was handed it."""
-        return sandbox_id not in self._handed
+            self._waiting.pop((tenant, key), None)

@@ -41,6 +41,7 @@ from rollbox.models import (
     WarmPoolInfo,
 )
 from rollbox.node import determinism
+from rollbox.node.answers import Answers
 from rollbox.node.base import OutputCallback
 from rollbox.node.capacity import Capacity
 from rollbox.node.claiming import ClaimOperations
@@ -101,7 +102,8 @@ class LocalNode(ClaimOperations, ProcessOperations, SnapshotOperations, ImageOpe
         self.node_images = self.image_service = NodeImages(engine, self.store)
         self.held = HeldClaims(engine, self.store, self.capacity, self.costs, self.node_volumes, self.deletions,
                                self.gateway.close)
-        self.keys = ClaimKeys(self.held.claims.get)
+        self.answers = Answers()
+        self.keys = ClaimKeys(self.held.claims.get, self.answers)
         self.leases = Leases()
         recovered = recover(engine, self.store, self.capacity, self.resources, self.deletions)
         self.held.add(recovered)

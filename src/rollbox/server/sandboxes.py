@@ -25,6 +25,7 @@ from rollbox.models import (
     ShutdownAfterRequest,
     SnapshotInfo,
     SnapshotRequest,
+    WithdrawRequest,
 )
 from rollbox.node import Node
 from rollbox.server.auth import ClusterSecret
@@ -48,6 +49,9 @@ RETRY = Query("retry", bool, False)
 cluster's router asks every node for the key first; docs/faults.md)."""
 REQUEST_KEY = Query("request_key", str, None)
 
+ATTEMPT_HEADER = "x-rollbox-attempt"
+"""The id a router or its edge gives each claim, and key lookup, it sends a node (cluster callers only): the answer
+is withdrawn by it if it goes nowhere (POST /v1/withdrawals; node/answers.py)."""
 EXIT_CODE_HEADER = "x-rollbox-exit-code"
 """A command's exit code, also in the header of its answer: for the router's edge, which logs the commands it
 forwards without reading their answers (rollbox/cluster/edge.py)."""
@@ -58,25 +62,43 @@ def add_routes(routes: Routes, node: Node, metrics: Metrics) -> None:
 
     # -- claims -----------------------------------------------------------------------------
 
+    cluster = isinstance(routes.tenants, ClusterSecret)
+
     @add("POST", "/v1/sandboxes", body=ClaimRequest, answer=SandboxInfo, status=201,
-         query=(RETRY, WARM_ONLY) if isinstance(routes.tenants, ClusterSecret) else (RETRY,), request=True)
+         query=(RETRY, WARM_ONLY) if cluster else (RETRY,), request=True)
     async def create_sandbox(tenant: str, body: ClaimRequest, request: Request, retry: bool,
                              warm_only: bool = False) -> Response:
         """Claims a sandbox: warm from a pool when one has it, else started from its template or snapshot. The same
         `request_key` sent again answers the same sandbox."""
         started = time.perf_counter()
         info = await node.claim(tenant, body, warm_only=warm_only, retry=retry)
-        if await hung_up(request):  # nobody is left to hold it
-            await node.abandon(tenant, info.id)
-            throttled(log, logging.INFO, "a claim's caller hung up before its answer (sandbox %s)", info.id)
+        await answered(tenant, info, request)
         metrics.record_claim(time.perf_counter() - started)
         return json_response(info, 201)
 
-    @add("GET", "/v1/sandboxes", answer=list[SandboxInfo], query=(REQUEST_KEY,))
-    async def list_sandboxes(tenant: str, request_key: str | None) -> Response:
+    @add("GET", "/v1/sandboxes", answer=list[SandboxInfo], query=(REQUEST_KEY,), request=True)
+    async def list_sandboxes(tenant: str, request_key: str | None, request: Request) -> Response:
         """Lists the tenant's sandboxes; with `request_key`, the one a claim with that key made, if any (a claim
         under way is waited for)."""
-        return json_response(await node.claims(tenant, request_key))
+        found = await node.claims(tenant, request_key)
+        if request_key is not None and found:  # handed out once more
+            await answered(tenant, found[0], request)
+        return json_response(found)
+
+    async def answered(tenant: str, info: SandboxInfo, request: Request) -> None:
+        """Whether the caller is still there to read the answer that hands the sandbox out, told to the node: one
+        nobody is left to hold ends (node/answers.py)."""
+        taken = not await hung_up(request)
+        await node.answered(tenant, info.id, taken, request.headers.get(ATTEMPT_HEADER) if cluster else None)
+        if not taken:
+            throttled(log, logging.INFO, "a claim's caller hung up before its answer (sandbox %s)", info.id)
+
+    if cluster:
+        @add("POST", "/v1/withdrawals", body=WithdrawRequest, status=204)
+        async def withdraw(tenant: str, body: WithdrawRequest) -> Response:
+            """A router, or its edge, dropped the answers of these claim attempts after all (node/answers.py)."""
+            await node.withdraw(body.attempts)
+            return no_content()
 
     @add("GET", "/v1/sandboxes/{sandbox_id}", answer=SandboxInfo)
     async def get_sandbox(tenant: str, sandbox_id: str) -> Response:
