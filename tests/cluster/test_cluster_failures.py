@@ -21,6 +21,8 @@ from rollbox.cluster.remote import no_progress
 from rollbox.cluster.router import RESTART_WAIT, ClusterNode
 from rollbox.cluster.static import StaticMembers
 from rollbox.cluster.watcher import SERVING
+from rollbox.server.auth import TENANT_HEADER
+from rollbox.server.sandboxes import ATTEMPT_HEADER
 from rollbox.spec import SandboxTemplate, load_file
 from tests.cluster.conftest import NODES, POOL
 from tests.support.cluster import (
@@ -238,3 +240,38 @@ def test_a_lease_lives_on_the_nodes_through_a_router_restart(cluster: Cluster, c
     for sandbox in held.values():
         with pytest.raises(errors.SandboxNotFound):
             sandbox.refresh()
+
+
+def test_a_node_ends_a_claim_whose_answer_its_router_withdraws(cluster: Cluster, client: SandboxClient) -> None:
+    """A caller that was there when the node answered may drop the answer after all (nginx past its wait, a router
+    whose own caller left): it withdraws the attempt by its id, and the sandbox nobody holds ends. A withdrawal that
+    reaches the node first (both queued while it was frozen) settles the claim as not taken. Tenants' tokens cannot
+    withdraw."""
+    node = cluster.nodes["alpha"].url
+    secret = {"Authorization": f"Bearer {cluster.secret_file.read_text().strip()}", TENANT_HEADER: "alice"}
+
+    def claim(attempt: str) -> str:
+        made = httpx.post(f"{node}/v1/sandboxes", json={"warmpool": POOL}, timeout=30,
+                          headers={**secret, ATTEMPT_HEADER: attempt})
+        assert made.status_code == 201, made.text
+        return made.json()["id"]
+
+    def held(sandbox_id: str) -> bool:
+        return httpx.get(f"{node}/v1/sandboxes/{sandbox_id}", headers=secret, timeout=30).status_code == 200
+
+    def withdraw(*attempts: str, headers: dict[str, str] = secret) -> int:
+        return httpx.post(f"{node}/v1/withdrawals", json={"attempts": list(attempts)}, headers=headers,
+                          timeout=30).status_code
+
+    kept, dropped = claim("kept-1"), claim("dropped-1")
+    assert withdraw("dropped-1", "never-sent") == 204
+    wait_for(lambda: not held(dropped), "the withdrawn claim ended", 10)
+    assert held(kept)
+    assert withdraw("early-1") == 204
+    early = claim("early-1")
+    wait_for(lambda: not held(early), "the claim withdrawn before it was made ended", 10)
+    assert withdraw("kept-1", headers=ALICE) in (401, 403)
+    assert httpx.post(f"{cluster.url}/v1/withdrawals", json={"attempts": ["kept-1"]}, headers=ALICE,
+                      timeout=30).status_code == 404  # no such call on the router
+    assert held(kept)
+    client.delete_sandbox(kept)
