@@ -59,6 +59,8 @@ FROZEN = 10.0
 CHAOS = 90.0
 """Seconds of load the phase runs at least."""
 LATER_CALLS = 20
+WITHDRAWN_WITHIN = 5.0
+"""Seconds after the frozen node's load settled before its sandboxes nobody holds are counted."""
 ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
 
 TARGETS: dict[str, tuple[str, Callable[[float], bool]]] = {
@@ -68,6 +70,8 @@ TARGETS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "faults_dead_later_call_ms": ("its later calls answer in <= 50 ms (the slowest)", lambda ms: ms <= 50),
     "faults_dead_sdk_get_s": ("get_sandbox through the SDK <= 2.5 s", lambda s: s <= 2.5),
     "faults_frozen_p99_ratio": ("claim p99 with a node frozen <= 2x with it gone", lambda ratio: ratio <= 2.0),
+    "faults_frozen_orphans": ("0 sandboxes no client holds made by the frozen node once it thawed",
+                              lambda count: count == 0),
     "faults_lost": ("0 sandboxes lost", lambda count: count == 0),
     "faults_tracebacks": (f"0 tracebacks in any log after {CHAOS:.0f} s of chaos", lambda count: count == 0),
 }
@@ -104,7 +108,11 @@ def measure(root: Path, progress: Progress) -> Figures:
 
         with loaded(cluster, lost) as frozen_load:
             time.sleep(4)
+            thawed = time.time() + FROZEN
             figures["faults_frozen_claim_ms"] = frozen(cluster, frozen_load)
+        time.sleep(WITHDRAWN_WITHIN)
+        figures["faults_frozen_orphans"] = len([orphan for orphan in orphans(cluster, "alice") if orphan.startswith(
+            "alpha-") and float(orphan.rpartition("made at ")[2].rstrip(")")) > thawed - FROZEN])
         progress.advance(task)
 
         figures.update(dead(cluster))
