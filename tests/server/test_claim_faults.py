@@ -103,6 +103,23 @@ def test_a_claim_whose_caller_hung_up_before_its_answer_ends(server: tuple[Local
         assert alice.get("/v1/sandboxes").json() == []
 
 
+def test_a_sandbox_two_callers_of_one_key_both_left_ends(server: tuple[LocalNode, str]) -> None:
+    """A node that answers late (frozen, swamped) can find two claims of the same key queued, both given up on (nginx's
+    warm claim and the router's): the second waits for the first and is handed the same sandbox, which neither
+    caller holds."""
+    node, url = server
+    parts = urlsplit(url)
+    body = json.dumps({"template": "basic", "request_key": "both-left"}).encode()
+    for _ in range(2):
+        with socket.create_connection((parts.hostname, parts.port)) as caller:
+            caller.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-token\r\n"
+                           b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+    with http(url) as alice:
+        wait_for(lambda: "rollbox_claims_total 2.0" in alice.get("/metrics").text, "both claims answered")
+        wait_for(lambda: not node.held.claims, "the sandbox nobody holds ended")
+        assert alice.get("/v1/sandboxes").json() == []
+
+
 def test_a_lease_ends_its_sandboxes_when_closed_or_not_renewed(server: tuple[LocalNode, str]) -> None:
     node, url = server
     with SandboxClient(url, token=TOKENS["alice"]) as client:

@@ -47,7 +47,7 @@ class ClaimKeys:
     async def find(self, tenant: str, key: str) -> SandboxInfo | None:
         """The sandbox the key's claim made (waiting for one under way), or None: one more answer hands it out."""
         making = self._making.get((tenant, key))
-        if making is not None:
+        if making is not None and not making.done():  # one done is counted below, as made
             # counted as the sandbox is made, before its own claim's answer may find nobody and end it
             self._waiting[(tenant, key)] = self._waiting.get((tenant, key), 0) + 1
             with contextlib.suppress(Exception):  # that claim failed: this one is made anew
