@@ -108,11 +108,11 @@ def measure(root: Path, progress: Progress) -> Figures:
 
         with loaded(cluster, lost) as frozen_load:
             time.sleep(4)
-            thawed = time.time() + FROZEN
+            before = set(orphans(cluster, "alice"))
             figures["faults_frozen_claim_ms"] = frozen(cluster, frozen_load)
         time.sleep(WITHDRAWN_WITHIN)
-        figures["faults_frozen_orphans"] = len([orphan for orphan in orphans(cluster, "alice") if orphan.startswith(
-            "alpha-") and float(orphan.rpartition("made at ")[2].rstrip(")")) > thawed - FROZEN])
+        figures["faults_frozen_orphans"] = len([orphan for orphan in orphans(cluster, "alice")
+                                                if orphan.startswith("alpha-") and orphan not in before])
         progress.advance(task)
 
         figures.update(dead(cluster))

@@ -56,6 +56,7 @@ from rollbox.models import (
 )
 from rollbox.node.answers import Answers
 from rollbox.node.base import FileOp, OutputCallback
+from rollbox.node.keys import KEY_WINDOW
 from rollbox.server import create_app
 from rollbox.server.listen import listen_tcp, server
 from rollbox.spec import Resource, SandboxTemplate, SandboxWarmPool
@@ -74,7 +75,7 @@ class SimulatedNode:
         self.name = name
         self.max_sandboxes = max_sandboxes
         self.claimed: dict[str, SandboxInfo] = {}
-        self.answers = Answers()
+        self.answers = Answers(KEY_WINDOW)
         self.built: dict[str, TemplateInfo] = {}
         self.pools: dict[str, SandboxWarmPool] = {}
 
@@ -162,10 +163,8 @@ class SimulatedNode:
             self.claimed.pop(sandbox_id, None)
 
     async def withdraw(self, attempts: list[str]) -> None:
-        for attempt in attempts:
-            unheld = self.answers.withdraw(attempt)
-            if unheld is not None:
-                self.claimed.pop(unheld[1], None)
+        for _, sandbox_id in self.answers.withdraw(attempts):
+            self.claimed.pop(sandbox_id, None)
 
     async def claims(self, tenant: str, request_key: str | None = None) -> list[SandboxInfo]:
         if request_key is not None:

@@ -46,14 +46,19 @@ def under_load(cluster: Cluster, seconds: float) -> Load:
 
 
 def settled(cluster: Cluster, load: Load, gone: tuple[str, ...] = ()) -> None:
-    """The load stopped and settled: nothing lost, nothing left that no client holds, and every answer was one a
-    caller must expect: no log of any process has a traceback."""
+    """The load stopped and settled (`stopped`), and nothing left that no client holds."""
+    stopped(cluster, load, gone)
+    left = orphans(cluster, "alice", gone)
+    assert left == [], (left, load.errors, time.time(), [claim for claim in load.claims if claim.error])
+
+
+def stopped(cluster: Cluster, load: Load, gone: tuple[str, ...] = ()) -> None:
+    """The load stopped and settled: nothing lost, and every answer was one a caller must expect: no log of any
+    process has a traceback."""
     load.stop()
     load.settle(gone)
     assert load.lost == [], load.lost
     no_tracebacks(cluster)
-    left = orphans(cluster, "alice", gone)
-    assert left == [], (left, load.errors, time.time(), [claim for claim in load.claims if claim.error])
 
 
 def no_tracebacks(cluster: Cluster) -> None:
@@ -81,10 +86,7 @@ def test_a_node_agent_killed_and_started_again_loses_nothing(cluster: Cluster) -
     cluster.nodes["beta"].start()
     restarted = time.monotonic()
     time.sleep(3)
-    load.stop()
-    load.settle()
-    assert load.lost == [], load.lost
-    no_tracebacks(cluster)
+    stopped(cluster, load)
     wait_for(lambda: not orphans(cluster, "alice"), "the unconfirmed claims ended",
              CONFIRM_WINDOW + RECENT - (time.monotonic() - restarted) + 10)
 
@@ -98,10 +100,7 @@ def test_a_frozen_node_stalls_no_claim(cluster: Cluster) -> None:
     time.sleep(2)
     before = [claim.seconds for claim in load.between(0, frozen) if claim.error is None]
     during = [claim for claim in load.between(frozen, frozen + FROZEN) if claim.error is None]
-    load.stop()
-    load.settle()
-    assert load.lost == [], load.lost
-    no_tracebacks(cluster)
+    stopped(cluster, load)
     assert during and not [claim for claim in during if claim.node == "alpha"], during
     assert max(claim.seconds for claim in during) < FROZEN + max(before), (sorted(before)[-3:], during)
     # the claims it made for callers that gave up end: at once, or when the router's withdrawals reach it

@@ -89,14 +89,19 @@ def test_a_claim_sent_again_with_its_key_answers_the_same_sandbox(server: tuple[
         assert bad.status_code == 422, bad.text
 
 
-def test_a_claim_whose_caller_hung_up_before_its_answer_ends(server: tuple[LocalNode, str]) -> None:
-    """Nobody would ever hold it: a caller that gave up (a router killed, nginx past its wait) leaves no sandbox."""
-    node, url = server
+def claim_and_hang_up(url: str, claim: dict[str, object]) -> None:
+    """Sends alice's claim and closes the connection without waiting for its answer."""
     parts = urlsplit(url)
-    body = json.dumps({"template": "basic", "labels": {"hung": "up"}}).encode()
+    body = json.dumps(claim).encode()
     with socket.create_connection((parts.hostname, parts.port)) as caller:
         caller.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-token\r\n"
                        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def test_a_claim_whose_caller_hung_up_before_its_answer_ends(server: tuple[LocalNode, str]) -> None:
+    """Nobody would ever hold it: a caller that gave up (a router killed, nginx past its wait) leaves no sandbox."""
+    node, url = server
+    claim_and_hang_up(url, {"template": "basic", "labels": {"hung": "up"}})
     with http(url) as alice:  # made (a cold start, after the caller left), then ended
         wait_for(lambda: "rollbox_claims_total 1.0" in alice.get("/metrics").text, "the claim made")
         wait_for(lambda: not node.held.claims, "the claim ended")
@@ -108,12 +113,8 @@ def test_a_sandbox_two_callers_of_one_key_both_left_ends(server: tuple[LocalNode
     warm claim and the router's): the second waits for the first and is handed the same sandbox, which neither
     caller holds."""
     node, url = server
-    parts = urlsplit(url)
-    body = json.dumps({"template": "basic", "request_key": "both-left"}).encode()
     for _ in range(2):
-        with socket.create_connection((parts.hostname, parts.port)) as caller:
-            caller.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-token\r\n"
-                           b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        claim_and_hang_up(url, {"template": "basic", "request_key": "both-left"})
     with http(url) as alice:
         wait_for(lambda: "rollbox_claims_total 2.0" in alice.get("/metrics").text, "both claims answered")
         wait_for(lambda: not node.held.claims, "the sandbox nobody holds ended")

@@ -15,12 +15,12 @@ off, a second sandbox found for a key, or its own caller gone: `answered`) is wi
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
-import time
-from collections import OrderedDict
 from collections.abc import Callable
 
 import httpx
+from cachetools import TTLCache
 
 from rollbox.cluster.images import ClusterImages
 from rollbox.cluster.placement import ReadyEstimate
@@ -50,9 +50,9 @@ class ClusterClaims:
         self._volumes = volumes
         self._ready = ReadyEstimate()
         self.withdrawals = Withdrawals(remote)
-        self._sent: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
-        """Each sandbox the router answered and the node's URL and attempt it came by, until `answered` (oldest
-        first; kept SENT_WINDOW for callers that never tell)."""
+        self._sent: TTLCache[str, tuple[str, str]] = TTLCache(math.inf, SENT_WINDOW)
+        """Each sandbox the router answered and the node's URL and attempt it came by, until `answered` (kept
+        SENT_WINDOW for callers that never tell)."""
 
     async def claim(self, tenant: str, request: ClaimRequest, retry: bool) -> SandboxInfo:
         if retry and request.request_key:
@@ -96,14 +96,14 @@ class ClusterClaims:
         chosen: tuple[SandboxInfo, str, str] | None = None
         failure: BaseException | None = None
         for node, attempt, answer in zip(nodes, attempts, found, strict=True):
-            if isinstance(answer, list) and answer and chosen is None:
-                chosen = (answer[0], node.url, attempt)
-            elif isinstance(answer, list) and not answer:
+            if answer == []:
                 continue
-            else:  # a second sandbox, or an answer that may have handed one out and was lost
-                self.withdrawals.add(node.url, attempt)
-                if isinstance(answer, BaseException) and not isinstance(answer, NodeUnavailable | httpx.TransportError):
-                    failure = answer
+            if isinstance(answer, list) and chosen is None:
+                chosen = (answer[0], node.url, attempt)
+                continue
+            self.withdrawals.add(node.url, attempt)  # a second sandbox, or an answer that may have handed one out
+            if isinstance(answer, BaseException) and not isinstance(answer, NodeUnavailable | httpx.TransportError):
+                failure = answer
         if failure is not None:
             if chosen is not None:
                 self.withdrawals.add(chosen[1], chosen[2])
@@ -118,10 +118,7 @@ class ClusterClaims:
             self.withdrawals.add(sent[0], sent[1])
 
     def _sending(self, info: SandboxInfo, url: str, attempt: str) -> SandboxInfo:
-        now = time.monotonic()
-        self._sent[info.id] = (url, attempt, now)
-        while self._sent and now - next(iter(self._sent.values()))[2] > SENT_WINDOW:
-            self._sent.popitem(last=False)
+        self._sent[info.id] = (url, attempt)
         return info
 
     async def holding_snapshot(self, tenant: str, name: str, nodes: list[NodeState]) -> list[NodeState]:

@@ -151,13 +151,18 @@ def undelivered(call: Mapping[str, str]) -> list[tuple[str, str]]:
     " : "), withdraws its own."""
     tried = call["upstreams"].split(" : ")[0].split(", ")
     statuses = call["statuses"].split(" : ")[0].split(", ")
-    delivered = call["status"] == "201" and " : " not in call["upstreams"]
+    delivered = _claimed_by_a_node(call)
     found = []
     for index, (address, status) in enumerate(zip(tried, statuses, strict=False)):
         if status in REFUSED or (delivered and index == len(tried) - 1) or ":" not in address:
             continue  # refused, delivered, or no node at all ("no live upstreams" names the group)
         found.append((f"http://{address}", call["attempt"]))
     return found
+
+
+def _claimed_by_a_node(call: Mapping[str, str]) -> bool:
+    """Whether a node's 201 reached the claim's caller: nginx's turn ended there, the router not asked (" : ")."""
+    return call["status"] == "201" and " : " not in call["upstreams"]
 
 
 class _CallLines(asyncio.Protocol):
@@ -183,7 +188,7 @@ class _CallLines(asyncio.Protocol):
         if path == "/v1/sandboxes":
             for url, attempt in undelivered(call):
                 self.withdraw(url, attempt)
-            if call["status"] == "201" and " : " not in call["upstreams"]:  # the router counts those it placed
+            if _claimed_by_a_node(call):  # the router counts those it placed
                 self.metrics.record_claim(seconds)
             return
         sandbox_id = path.removeprefix("/v1/sandboxes/").partition("/")[0]

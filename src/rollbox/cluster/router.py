@@ -77,7 +77,7 @@ class ClusterNode(ImageOperations, ClusterProcesses):
         await self.watcher.start()
 
     async def close(self) -> None:
-        await self._claims.withdrawals.close()
+        await self.withdrawals.close()
         await self.watcher.close()
         for remote in self._remotes.values():
             await remote.close()

@@ -13,15 +13,14 @@ for ATTEMPT_WINDOW; docs/faults.md tells the whole path.
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
+import math
 from dataclasses import dataclass
+
+from cachetools import TTLCache
 
 ATTEMPT_WINDOW = 60.0
 """Seconds an attempt is remembered after the node settled or withdrew it: a withdrawal reaches the node as soon as
 it answers again, so only seconds after it settled the answer."""
-KEEP_OPEN = 600.0
-"""Seconds a keyed sandbox's count is kept: its key may be looked up, and handed out again, that long (KEY_WINDOW)."""
 
 
 @dataclass
@@ -30,33 +29,29 @@ class _Count:
     """Answers handed out and not yet settled."""
     taken: int
     """Answers settled as taken, less those withdrawn since."""
-    since: float
 
 
 class Answers:
-    """The counts of the sandboxes made under a request key (one answer each; lookups add more), and the attempts
-    settled as taken or withdrawn. A sandbox without a count (a claim without a key) had one answer only. Used on the
-    event loop only."""
+    """The counts of the sandboxes made under a request key (one answer each; lookups add more), kept `keep_open`
+    seconds (as long as their keys count), and the attempts settled as taken or withdrawn. A sandbox without a count
+    (a claim without a key) had one answer only. Used on the event loop only."""
 
-    def __init__(self) -> None:
-        self._counts: OrderedDict[str, _Count] = OrderedDict()
-        self._attempts: OrderedDict[str, tuple[tuple[str, str] | None, float]] = OrderedDict()
-        """Each attempt settled as taken (its tenant and sandbox) or withdrawn (None), and when; oldest first."""
+    def __init__(self, keep_open: float) -> None:
+        self._counts: TTLCache[str, _Count] = TTLCache(math.inf, keep_open)
+        self._attempts: TTLCache[str, tuple[str, str] | None] = TTLCache(math.inf, ATTEMPT_WINDOW)
+        """Each attempt settled as taken (its tenant and sandbox) or withdrawn (None)."""
 
     def made(self, sandbox_id: str, answers: int) -> None:
         """A keyed claim made `sandbox_id`: its own answer, and those of the lookups that waited for it, are under
         way."""
-        now = time.monotonic()
-        self._counts[sandbox_id] = _Count(answers, 0, now)
-        while self._counts and now - next(iter(self._counts.values())).since > KEEP_OPEN:
-            self._counts.popitem(last=False)
+        self._counts[sandbox_id] = _Count(answers, 0)
 
     def sent(self, sandbox_id: str) -> None:
         """A lookup of its key hands `sandbox_id` out once more. One no longer counted (made before a restart, or
         long ago) may be held by whoever its first answer reached."""
         count = self._counts.get(sandbox_id)
         if count is None:
-            self._counts[sandbox_id] = _Count(1, 1, time.monotonic())
+            self._counts[sandbox_id] = _Count(1, 1)
         else:
             count.pending += 1
 
@@ -64,10 +59,10 @@ class Answers:
         """One answer carrying `sandbox_id` was sent, to a caller still there (`taken`) or not; whether the sandbox
         now ends (nobody holds it)."""
         if attempt is not None:
-            if attempt in self._attempts and self._attempts[attempt][0] is None:
+            if self._attempts.get(attempt, False) is None:
                 taken = False  # withdrawn before it was answered
             elif taken:
-                self._note(attempt, (tenant, sandbox_id))
+                self._attempts[attempt] = (tenant, sandbox_id)
         count = self._counts.get(sandbox_id)
         if count is None:
             return not taken
@@ -75,28 +70,26 @@ class Answers:
         count.taken += taken
         return self._unheld(sandbox_id, count)
 
-    def withdraw(self, attempt: str) -> tuple[str, str] | None:
-        """The caller of `attempt` dropped its answer: the tenant and sandbox that then end (nobody holds them), or
-        None. An attempt not settled yet is settled as not taken when it is."""
-        settled = self._attempts.get(attempt, (None, 0.0))[0]
-        self._note(attempt, None)
-        if settled is None:
-            return None
-        count = self._counts.get(settled[1])
-        if count is None:
-            return settled
-        count.taken = max(count.taken - 1, 0)
-        return settled if self._unheld(settled[1], count) else None
+    def withdraw(self, attempts: list[str]) -> list[tuple[str, str]]:
+        """The callers of `attempts` dropped their answers: the tenants and sandboxes that then end (nobody holds
+        them). An attempt not settled yet is settled as not taken when it is."""
+        unheld = []
+        for attempt in attempts:
+            settled = self._attempts.get(attempt)
+            self._attempts[attempt] = None
+            if settled is None:
+                continue
+            count = self._counts.get(settled[1])
+            if count is None:
+                unheld.append(settled)
+                continue
+            count.taken = max(count.taken - 1, 0)
+            if self._unheld(settled[1], count):
+                unheld.append(settled)
+        return unheld
 
     def _unheld(self, sandbox_id: str, count: _Count) -> bool:
         if count.pending or count.taken:
             return False
-        del self._counts[sandbox_id]
+        self._counts.pop(sandbox_id, None)
         return True
-
-    def _note(self, attempt: str, settled: tuple[str, str] | None) -> None:
-        now = time.monotonic()
-        self._attempts[attempt] = (settled, now)
-        self._attempts.move_to_end(attempt)
-        while self._attempts and now - next(iter(self._attempts.values()))[1] > ATTEMPT_WINDOW:
-            self._attempts.popitem(last=False)

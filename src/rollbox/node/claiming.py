@@ -151,10 +151,8 @@ class ClaimOperations:
     async def withdraw(self, attempts: list[str]) -> None:
         """The callers of `attempts` dropped their answers (a router's edge past its wait, say): a sandbox they
         leave with nobody holding it ends."""
-        for attempt in attempts:
-            unheld = self.answers.withdraw(attempt)
-            if unheld is not None:
-                await self._end(*unheld)
+        for tenant, sandbox_id in self.answers.withdraw(attempts):
+            await self._end(tenant, sandbox_id)
 
     async def _end(self, tenant: str, sandbox_id: str) -> None:
         with contextlib.suppress(SandboxNotFound):  # deleted meanwhile

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections import OrderedDict
+import math
 from collections.abc import Callable, Iterator
+
+from cachetools import TTLCache
 
 from rollbox.models import SandboxInfo
 from rollbox.node.answers import Answers
@@ -32,17 +33,16 @@ class ClaimKeys:
         self._held = held
         self._answers = answers
         self._making: dict[Key, asyncio.Future[SandboxInfo]] = {}
-        self._made: OrderedDict[Key, tuple[str, float]] = OrderedDict()
-        """Each key's sandbox id and when it was made (monotonic), oldest first."""
+        self._made: TTLCache[Key, str] = TTLCache(math.inf, KEY_WINDOW)
+        """Each key's sandbox id, for KEY_WINDOW after it was made."""
         self._waiting: dict[Key, int] = {}
         """How many callers wait for each key's claim under way: each is handed its sandbox when it is made."""
 
     def adopt(self, claims: list[Claim]) -> None:
         """The keys of claims a restarted node found, counted from now."""
-        now = time.monotonic()
         for claim in claims:
             if claim.request_key:
-                self._made[(claim.tenant, claim.request_key)] = (claim.sandbox_id, now)
+                self._made[(claim.tenant, claim.request_key)] = claim.sandbox_id
 
     async def find(self, tenant: str, key: str) -> SandboxInfo | None:
         """The sandbox the key's claim made (waiting for one under way), or None: one more answer hands it out."""
@@ -53,9 +53,7 @@ class ClaimKeys:
             with contextlib.suppress(Exception):  # that claim failed: this one is made anew
                 return await asyncio.shield(making)
         made = self._made.get((tenant, key))
-        if made is None or time.monotonic() - made[1] > KEY_WINDOW:
-            return None
-        claim = self._held(made[0])
+        claim = None if made is None else self._held(made)
         if claim is None or claim.tenant != tenant:
             return None
         claim.unconfirmed = 0.0
@@ -70,11 +68,7 @@ class ClaimKeys:
 
         def made(info: SandboxInfo) -> None:
             self._answers.made(info.id, 1 + self._waiting.pop((tenant, key), 0))
-            now = time.monotonic()
-            self._made[(tenant, key)] = (info.id, now)
-            self._made.move_to_end((tenant, key))
-            while self._made and now - next(iter(self._made.values()))[1] > KEY_WINDOW:
-                self._made.popitem(last=False)
+            self._made[(tenant, key)] = info.id
             future.set_result(info)
 
         try:

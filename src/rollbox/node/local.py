@@ -52,7 +52,7 @@ from rollbox.node.files import FileOperations
 from rollbox.node.gateway import Gateway
 from rollbox.node.held import HeldClaims
 from rollbox.node.images import ImageOperations, NodeImages
-from rollbox.node.keys import ClaimKeys
+from rollbox.node.keys import KEY_WINDOW, ClaimKeys
 from rollbox.node.leases import LeaseOperations, Leases
 from rollbox.node.network import NetworkOperations
 from rollbox.node.ports import PortOperations
@@ -102,7 +102,7 @@ class LocalNode(ClaimOperations, ProcessOperations, SnapshotOperations, ImageOpe
         self.node_images = self.image_service = NodeImages(engine, self.store)
         self.held = HeldClaims(engine, self.store, self.capacity, self.costs, self.node_volumes, self.deletions,
                                self.gateway.close)
-        self.answers = Answers()
+        self.answers = Answers(KEY_WINDOW)
         self.keys = ClaimKeys(self.held.claims.get, self.answers)
         self.leases = Leases()
         recovered = recover(engine, self.store, self.capacity, self.resources, self.deletions)
