@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from rollbox._signals import sigterm_held
 from rollbox.errors import RollboxError
 from rollbox.server.listen import private_socket_path
 
@@ -47,10 +48,11 @@ class LocalServer:
         self._run_dir = socket_path.parent
         options = {"data_dir": str(self.data_dir), "socket": str(socket_path), "max_sandboxes": self.max_sandboxes,
                    "delete_on_exit": True}
-        self._process = subprocess.Popen([sys.executable, "-c", _SERVE, json.dumps(options)],
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.url = f"unix://{socket_path}"
         try:
+            with sigterm_held():  # a SIGTERM as the child starts acts once `close` can find the child
+                self._process = subprocess.Popen([sys.executable, "-c", _SERVE, json.dumps(options)],
+                                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.url = f"unix://{socket_path}"
             self._wait_healthy(self._process)
         except BaseException:  # also an interrupt or SIGTERM while it starts: the server must not outlive us
             self.close()
