@@ -100,10 +100,12 @@ def test_shell_session(sandbox: Container) -> None:
 def test_a_follower_that_falls_behind_skips_ahead(sandbox: Container) -> None:
     async def main() -> None:
         processes = sandbox.engine.processes(sandbox.id)
-        info = await processes.start(ProcessRequest(command="head -c 20000000 /dev/zero; echo end",
+        info = await processes.start(ProcessRequest(command="echo ready; read go; head -c 20000000 /dev/zero; echo end",
                                                     output_limit=100_000))
         stream = processes.events(info.id, 0)
-        assert (await anext(stream)).type == "start"
+        assert (await anext(stream)).offset == 0
+        assert (await anext(stream)).data == "ready\n"  # following from the first byte before the flood starts
+        await processes.control(info.id, ProcessControl(stdin="go\n"))
         while (await processes.get(info.id)).running:  # the process never waits for its reader
             await asyncio.sleep(0.05)
         events = [event async for event in stream]

@@ -14,7 +14,7 @@ from rollbox.engine.volumes import Volume
 from rollbox.errors import Conflict, FileNotFound, InvalidRequest, VolumeInUse, VolumeNotFound
 from rollbox.spec import SandboxTemplate
 from tests.support.engines import template_for
-from tests.support.volumes import loop_devices, mounted
+from tests.support.volumes import loop_devices, mounted, wait_detached
 
 MiB = 2**20
 
@@ -115,7 +115,7 @@ def test_delete_waits_for_containers_and_releases_the_loop_device(engine: Engine
         engine.volumes.delete(volume.key, lambda: [box.id], wait=0.1)
     box.delete()
     engine.delete_volume(volume.key)
-    assert image not in loop_devices()
+    wait_detached(image)
     assert str(engine.volumes.path(volume)) not in mounted()
     assert not Path(image).exists() and not engine.volumes.path(volume).exists()
 
@@ -176,4 +176,4 @@ def test_containers_keep_their_volumes_through_an_engine_restart_and_a_kill(tmp_
         assert not engine.get(killed.id).exec("touch /data/g").ok
     finally:
         teardown_engine(engine)
-    assert image not in loop_devices()
+    wait_detached(image)

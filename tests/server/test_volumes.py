@@ -19,7 +19,7 @@ from rollbox.errors import VolumeInUse, VolumeNotFound
 from tests.server.test_server import TEMPLATE, TOKENS, Server
 from tests.support.cluster import wait_for
 from tests.support.engines import teardown_engine
-from tests.support.volumes import loop_devices, mounted
+from tests.support.volumes import loop_devices, mounted, wait_detached
 
 WORKSPACE = {"name": "ws", "mount_path": "/workspace"}
 
@@ -113,8 +113,7 @@ def test_a_workspace_outlives_its_sandboxes_and_a_server_crash(server: Server) -
     again.delete()
     alice.delete_volume("ws")
     assert alice.list_volumes() == []
-    # the kernel lets go of a detached loop device once its last mount is gone: moments later on a busy machine
-    wait_for(lambda: _image_of(server) not in loop_devices(), "the volume's loop device detached", 10)
+    wait_detached(_image_of(server))
     assert not any(point.startswith(str(server.data_dir / "volumes" / "mnt") + "/") for point in mounted())
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
+from tests.support.cluster import wait_for
+
 
 def loop_devices() -> str:
     """`losetup -a`: every loop device and the file behind it."""
@@ -14,3 +16,9 @@ def mounted() -> set[str]:
     """Every mount point of this mount namespace."""
     with open("/proc/self/mounts") as table:
         return {line.split()[1] for line in table}
+
+
+def wait_detached(image: str) -> None:
+    """Waits for the kernel to let go of the loop device over `image`. A container's mount namespace that held the
+    volume is freed after its last process exits, by a kernel worker: moments later on a busy machine."""
+    wait_for(lambda: image not in loop_devices(), f"the loop device over {image} detached", 10)
