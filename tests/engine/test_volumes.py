@@ -143,15 +143,17 @@ def test_a_restarted_engine_mounts_its_volumes_again_and_removes_orphans(tmp_pat
     partial.write_bytes(b"half")
     engine.close()  # no container left: its volumes are unmounted, their loop devices freed
     image = str(engine.volumes.images / f"{volume.id}.img")
-    assert image not in loop_devices() and str(engine.volumes.path(volume)) not in mounted()
+    assert str(engine.volumes.path(volume)) not in mounted()
+    wait_detached(image)
     engine = Engine(engine.data_dir, run_dir=engine.run_dir)
     try:
         assert (engine.volumes.path(volume) / "kept").read_text() == "yes"
         assert image in loop_devices()
-        assert str(orphan) not in loop_devices() and not orphan.exists() and not partial.exists()
+        assert not orphan.exists() and not partial.exists()
+        wait_detached(str(orphan))
     finally:
         teardown_engine(engine)
-    assert image not in loop_devices()
+    wait_detached(image)
 
 
 def test_containers_keep_their_volumes_through_an_engine_restart_and_a_kill(tmp_path: Path) -> None:

@@ -161,7 +161,7 @@ def test_a_stopped_server_with_no_sandbox_leaves_no_loop_device(own_server: Serv
     alice = SandboxClient(server.url, token=TOKENS["alice"])
     alice.create_volume("kept", "16Mi")
     server.stop()
-    assert _image_of(server) not in loop_devices()
+    wait_detached(_image_of(server))
     server.start()
     assert [volume.name for volume in alice.list_volumes()] == ["kept"]
     assert _image_of(server) in loop_devices()
@@ -169,7 +169,7 @@ def test_a_stopped_server_with_no_sandbox_leaves_no_loop_device(own_server: Serv
         assert client.delete("/v1/volumes/kept").status_code == 204
     server.stop()
     teardown_engine(Engine(server.data_dir))
-    assert _image_of(server) not in loop_devices()
+    wait_detached(_image_of(server))
 
 
 def test_the_cli_creates_lists_and_removes_volumes(server: Server) -> None:

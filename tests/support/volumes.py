@@ -19,6 +19,8 @@ def mounted() -> set[str]:
 
 
 def wait_detached(image: str) -> None:
-    """Waits for the kernel to let go of the loop device over `image`. A container's mount namespace that held the
-    volume is freed after its last process exits, by a kernel worker: moments later on a busy machine."""
+    """Waits for the kernel to let go of the loop device over `image`, which it does once nothing holds the volume's
+    filesystem: moments after it was unmounted on a busy machine. A stopped container's mounts are freed by a kernel
+    worker after its last process exits, and a mount namespace another process makes meanwhile (any container
+    starting) holds a copy of every mount until it lets go of the host's tree."""
     wait_for(lambda: image not in loop_devices(), f"the loop device over {image} detached", 10)
