@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from rollbox._problems import problems
 from rollbox.errors import InvalidResource
 from rollbox.spec_agent_sandbox import Refusals, Refused, parse_all, to_rollbox
 from rollbox.spec_network_policy import Policy
@@ -349,7 +350,7 @@ def parse_resource(document: dict[str, Any], context_dir: str | None = None, pol
         resource = model.model_validate(document)
     except ValidationError as error:
         name = (document.get("metadata") or {}).get("name", "?") if isinstance(document.get("metadata"), dict) else "?"
-        raise InvalidResource(_describe(f"{kind} {name}", error)) from None
+        raise InvalidResource(f"{kind} {name}: {problems(error, '(document)')}") from None
     if isinstance(resource, SandboxTemplate) and resource.context_dir is None:
         resource.context_dir = context_dir
     return resource  # type: ignore[return-value]
@@ -370,14 +371,6 @@ def load_resources(text: str, context_dir: str | None = None) -> list[Resource]:
 def load_file(path: str | Path) -> list[Resource]:
     path = Path(path)
     return load_resources(path.read_text(), context_dir=str(path.parent.resolve()))
-
-
-def _describe(subject: str, error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "(document)"
-        lines.append(f"{field}: {item['msg']}")
-    return f"{subject}: " + "; ".join(lines)
 
 
 def dump(resources: Iterable[Resource]) -> str:

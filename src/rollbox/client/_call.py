@@ -14,6 +14,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rollbox import errors
+from rollbox._problems import problems
 from rollbox.client._http import RETRY_DELAYS, Answer, error_from, raise_for_error
 
 T = TypeVar("T")
@@ -124,8 +125,7 @@ def _body(model: type[M], **fields: Any) -> M:
     try:
         return model(**fields)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors())
-        raise errors.InvalidRequest(f"invalid arguments: {problems}") from None
+        raise errors.InvalidRequest(f"invalid arguments: {problems(error)}") from None
 
 
 def _name(name: str) -> str:

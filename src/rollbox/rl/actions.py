@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from rollbox._problems import problems
 from rollbox.errors import InvalidAction
-from rollbox.rl.validation import describe
 
 
 class _Action(BaseModel):
@@ -85,7 +85,7 @@ def parse_action(raw: Any) -> Action:
     try:
         return _ADAPTER.validate_python(raw)
     except ValidationError as error:
-        raise InvalidAction(f"not a valid tool call ({describe(error, 'action')}); tools: "
+        raise InvalidAction(f"not a valid tool call ({problems(error, 'action')}); tools: "
                             f"{', '.join(t.model_fields['tool'].default for t in ACTION_TYPES)}") from None
 
 

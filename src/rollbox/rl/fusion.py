@@ -30,10 +30,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from rollbox._problems import problems
 from rollbox._signals import exit_on_sigterm
 from rollbox.client import AsyncSandbox, AsyncSandboxClient
 from rollbox.errors import RollboxError
-from rollbox.rl.validation import describe
 from rollbox.server.capability import SecretPath, new_key
 from rollbox.server.listen import listen_tcp, listening, run_app
 
@@ -164,7 +164,7 @@ def fusion_app(client: AsyncSandboxClient, *, template: str = "rl-python", warmp
         try:
             body = RunCodeRequest.model_validate_json(await request.body())
         except ValidationError as error:
-            return JSONResponse({"detail": describe(error, "request")}, status_code=422)
+            return JSONResponse({"detail": problems(error, "request")}, status_code=422)
         if body.language not in LANGUAGES:
             message = f"language {body.language!r} is not supported here: use one of {', '.join(LANGUAGES)}"
             response = RunCodeResponse(status="SandboxError", message=message)

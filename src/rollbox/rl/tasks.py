@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rollbox._problems import problems
 from rollbox.errors import InvalidResource
-from rollbox.rl.validation import describe
 
 
 class _Model(BaseModel):
@@ -144,7 +144,7 @@ def parse_tasks(document: Any, base: Path, source: str = "tasks") -> list[Task]:
         try:
             tasks.append(_task(item, base))
         except ValidationError as error:
-            raise InvalidResource(f"{source}: task {_name(item, number)}: {describe(error, 'task')}") from None
+            raise InvalidResource(f"{source}: task {_name(item, number)}: {problems(error, 'task')}") from None
         except (ValueError, OSError) as error:
             raise InvalidResource(f"{source}: task {_name(item, number)}: {error}") from None
     return tasks

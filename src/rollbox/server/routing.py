@@ -9,7 +9,6 @@ handler raises.
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import compile_path
 from starlette.types import Receive, Scope, Send
 
+from rollbox._problems import problems
 from rollbox.errors import InvalidRequest, MethodNotAllowed, NotFound, UnprocessableBody
 from rollbox.server.auth import ClusterSecret, Tenants
 from rollbox.server.tracing import traced_endpoint
@@ -240,23 +240,6 @@ def parse(model: type[BaseModel], raw: bytes) -> Any:
     try:
         return model.__pydantic_validator__.validate_json(raw)  # model_validate_json without its Python wrapper
     except ValidationError as error:
-        raise UnprocessableBody(f"invalid request: {problems(error)}") from None
+        raise UnprocessableBody(f"invalid request: {problems(error, 'body')}") from None
 
 
-PROBLEMS_TOLD = 20
-"""The problems of an invalid body that its answer names: one of thousands of unknown keys is told in a few."""
-
-
-def problems(error: ValidationError) -> str:
-    """An invalid body's first problems, each as `field.path: message`, and how many more it has."""
-    count = error.error_count()
-    if count <= PROBLEMS_TOLD:
-        return "; ".join(f"{'.'.join(str(p) for p in item['loc']) or 'body'}: {item['msg']}"
-                         for item in error.errors(include_url=False, include_context=False, include_input=False))
-    # Thousands (an object of unknown keys): as Python objects they would cost many times the body, and leave the
-    # allocator's arenas scattered after; pydantic's text of them is one string, of which the start is enough.
-    told, lines = [], str(error)[:64 * PROBLEMS_TOLD * 8].splitlines()[1:]
-    for where, message in itertools.pairwise(lines):
-        if not where.startswith(" ") and message.startswith("  ") and not message.startswith("   "):
-            told.append(f"{where or 'body'}: {message.strip().rsplit(' [type=', 1)[0]}")
-    return "; ".join(told[:PROBLEMS_TOLD]) + f"; and {count - min(len(told), PROBLEMS_TOLD)} more"

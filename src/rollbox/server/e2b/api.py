@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rollbox._problems import problems
 from rollbox.errors import (
     InvalidRequest,
     NodeLost,
@@ -34,7 +35,7 @@ from rollbox.models import MAX_FORK, ClaimRequest, SandboxInfo
 from rollbox.node import Node
 from rollbox.server.e2b.access import Access
 from rollbox.server.e2b.network import claim_network, egress
-from rollbox.server.routing import json_object, problems
+from rollbox.server.routing import json_object
 from rollbox.spec import Network
 
 log = logging.getLogger("rollbox.server.e2b")
@@ -289,7 +290,7 @@ async def parse(request: Request, model: type[BodyT]) -> BodyT:
     try:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as error:
-        raise UnprocessableBody(f"invalid request: {problems(error)}") from None
+        raise UnprocessableBody(f"invalid request: {problems(error, 'body')}") from None
 
 
 def sandbox_domain(request: Request, domains: tuple[str, ...]) -> str:
