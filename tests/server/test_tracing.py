@@ -124,4 +124,7 @@ async def test_a_streamed_commands_span_lasts_until_its_stream_ends(url: str, co
     [call] = [span for span in mine if span.name == "rollbox.exec"]
     collector.wait_for(STREAM)
     served = only(mine + collector.spans, call, STREAM)
-    assert served.attributes["rollbox.exec.command_ms"] >= 300
+    assert served.duration_ms >= 300
+    # the node's split of it, made as the stream ended: the agent's part ends when the host read that the command
+    # started, which on a busy machine can come after the command's first moments
+    assert served.attributes["rollbox.exec.agent_ms"] + served.attributes["rollbox.exec.command_ms"] >= 300

@@ -34,6 +34,7 @@ class Span:
     parent_id: str
     service: str
     attributes: dict[str, Any] = field(default_factory=dict)
+    duration_ms: float = 0.0
 
 
 class Receiver:
@@ -69,7 +70,8 @@ class Receiver:
                 for span in scope_spans.spans:
                     attributes = {a.key: _value(a.value) for a in span.attributes}
                     self.spans.append(Span(span.name, span.trace_id.hex(), span.span_id.hex(),
-                                           span.parent_span_id.hex(), service, attributes))
+                                           span.parent_span_id.hex(), service, attributes,
+                                           (span.end_time_unix_nano - span.start_time_unix_nano) / 1e6))
 
     def wait_for(self, name: str, count: int = 1, timeout: float = 15.0) -> list[Span]:
         deadline = time.monotonic() + timeout
@@ -130,4 +132,5 @@ def traced_here() -> Iterator[InMemorySpanExporter]:
 def local(span: ReadableSpan) -> Span:
     context, parent = span.get_span_context(), span.parent
     return Span(span.name, f"{context.trace_id:032x}", f"{context.span_id:016x}",
-                f"{parent.span_id:016x}" if parent else "", "", dict(span.attributes or {}))
+                f"{parent.span_id:016x}" if parent else "", "", dict(span.attributes or {}),
+                ((span.end_time or 0) - (span.start_time or 0)) / 1e6)
