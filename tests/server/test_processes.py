@@ -58,12 +58,14 @@ def test_background_process_lives_between_calls_with_stdin_and_replay(sandbox: S
 
 
 def test_signals_and_delete(sandbox: Sandbox) -> None:
-    handle = sandbox.commands.run("trap 'echo term; exit 3' TERM; while true; do sleep 0.05; done",
+    handle = sandbox.commands.run("trap 'echo term; exit 3' TERM; echo trapped; while true; do sleep 0.05; done",
                                   background=True)
-    time.sleep(0.2)
+    events = handle.events(0)
+    assert next(event for event in events if event.type == "stdout").data == "trapped\n"
+    events.close()
     handle.kill("SIGTERM")
     result = handle.wait()
-    assert (result.exit_code, result.stdout) == (3, "term\n")
+    assert (result.exit_code, result.stdout) == (3, "trapped\nterm\n")
     sleeper = sandbox.commands.run(["sleep", "100"], background=True, tag="sleeper")
     sandbox.commands.kill(sleeper.id)  # SIGKILL
     assert sleeper.wait().signal == 9
