@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from rollbox.engine import Container, Engine
 from rollbox.errors import CapacityExceeded, RestoreFailed, RuntimeUnavailable, SandboxNotRunning
 from rollbox.spec import Limits
+from tests.support.cluster import wait_for
 from tests.support.engines import template_for
 from tests.support.live import ASK, MEMORY_SERVER, PORT, ask, start_memory_server
 
@@ -145,7 +145,7 @@ def test_a_save_that_fails_loses_the_processes_not_the_sandbox(engine: Engine, h
 
     running = threading.Thread(target=in_flight)
     running.start()
-    time.sleep(0.5)
+    wait_for(lambda: holder.exec("pgrep -x sleep").ok, "the command in flight started", 30)
     with pytest.raises(RuntimeUnavailable, match="started again over its files"):
         holder.fork(1)
     running.join()

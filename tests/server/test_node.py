@@ -377,8 +377,11 @@ async def test_a_restarted_node_keeps_claims_and_pools(node: LocalNode,
     await filled(node)
     kept = await node.claim("alice", ClaimRequest(warmpool="basic-pool", idle_pause_after=0.2))
     await run(node, "alice", kept.id, "echo mine > ~/mine")
-    await anyio.sleep(0.5)
-    assert (await node.get("alice", kept.id)).state == "paused"
+
+    async def paused() -> bool:
+        return (await node.get("alice", kept.id)).state == "paused"
+
+    await until(paused)
     ready = set(node.resources.pools["basic-pool"].ready)
     again = restart(node)
     assert set(again.resources.pools["basic-pool"].ready) == ready
