@@ -156,8 +156,8 @@ async def tracing_overhead(plan: Plan, progress: Progress, baseline: Path | None
     tracing.on = False
     sides: list[Side] = []
     task = progress.add_task("tracing off and on: claims and execs in alternating rounds", total=rounds)
-    try:
-        with tempfile.TemporaryDirectory(prefix="rollbox-bench-tracing-", ignore_cleanup_errors=True) as root:
+    with tempfile.TemporaryDirectory(prefix="rollbox-bench-tracing-", ignore_cleanup_errors=True) as root:
+        try:
             sides.append(Side("off", Path(root), None, plain, pool))
             sides.append(Side("on", Path(root), tracing._tracer, traced, pool))
             sides.append(Side("sampled", Path(root), _sampled_tracer(sink), sampled, pool))
@@ -176,13 +176,13 @@ async def tracing_overhead(plan: Plan, progress: Progress, baseline: Path | None
             figures["tracing_exec_sdk"]["batches_exported"] = sink.batches
             figures.update(_span_floor(figures))
             return figures
-    finally:
-        for side in sides:  # each on its own: one that fails to stop must not leave the others running
-            try:
-                await side.close()
-            except Exception as error:
-                print(f"stopping the tracing {side.name!r} server failed: {error!r}", flush=True)
-        sink.close()
+        finally:  # the servers stop before their data directories go
+            for side in sides:  # each on its own: one that fails to stop must not leave the others running
+                try:
+                    await side.close()
+                except Exception as error:
+                    print(f"stopping the tracing {side.name!r} server failed: {error!r}", flush=True)
+            sink.close()
 
 
 async def settled(sides: list[Side]) -> None:

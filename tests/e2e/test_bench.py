@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rollbox.engine.engine import RUN_ROOT
-from tests.support.engines import run_dirs
+from tests.support.engines import engine_cgroups, run_dirs
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "engine.py"
 DISTRIBUTIONS = {
@@ -32,9 +32,12 @@ SCALARS = {
 def quick_figures(bench: Path, timeout: float, *options: str) -> dict[str, Any]:
     """Runs `bench --quick` on an embedded server (never one ROLLBOX_URL names): its last line's JSON."""
     embedded = {name: value for name, value in os.environ.items() if name not in ("ROLLBOX_URL", "ROLLBOX_TOKEN")}
+    engines_before = engine_cgroups()
     done = subprocess.run([sys.executable, str(bench), "--quick", *options], capture_output=True, text=True,
                           timeout=timeout, env=embedded)
     assert done.returncode == 0, done.stderr[-4000:]
+    assert "Traceback" not in done.stdout + done.stderr, (done.stdout + done.stderr)[-4000:]
+    assert engine_cgroups() <= engines_before, "the benchmark left cgroups of an engine it made"
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["mode"] == "quick"
     return figures

@@ -30,6 +30,12 @@ def run_dirs() -> set[str]:
     return set(os.listdir(RUN_ROOT)) if RUN_ROOT.is_dir() else set()
 
 
+def engine_cgroups() -> set[str]:
+    """The engines that have cgroups on the machine (v2, then v1's hierarchies): a deleted data directory's must not."""
+    return {path.name for pattern in ("rollbox/*", "*/rollbox/*") for path in Path("/sys/fs/cgroup").glob(pattern)
+            if path.is_dir()}
+
+
 def leftovers(data_dir: Path) -> list[str]:
     """What of the engine on `data_dir` is still on the machine: containers its runtimes know, its cgroups, its run
     directory. Read without opening the engine, which would make its run directory again."""
