@@ -28,7 +28,9 @@ PROBES: list[tuple[str, str]] = [
     ("/proc/uptime", "cat /proc/uptime; uptime"),
     ("free", "free; free -h"),
     ("df", "df -k /"),
-    ("ps", "ps -eo pid,ppid,user,stat,args; python3 -c 'import os; print(os.getpid(), os.getppid())'"),
+    # STAT and the agent's own processes are the scheduler's (docs/determinism.md): the commands' processes are kept
+    ("ps", "out=$(ps -eo pid,ppid,user,args); echo \"$out\" | awk '$4 != \"/.rollbox/agent\"'; "
+           "python3 -c 'import os; print(os.getpid(), os.getppid())'"),
     ("id/hostname/uname", "id; hostname; uname -a"),
     ("nproc", "nproc; python3 -c 'import os; print(os.cpu_count(), len(os.sched_getaffinity(0)))'"),
     ("file written and listed", "echo hello > notes.txt && ls -l --full-time notes.txt && stat -c '%x|%y|%z|%w' "
