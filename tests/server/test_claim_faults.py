@@ -24,6 +24,7 @@ from rollbox.node import LocalNode, recovery
 from rollbox.server import create_app
 from rollbox.server.threaded import ThreadServer
 from rollbox.spec import SandboxTemplate
+from tests.support.cluster import wait_for
 from tests.support.engines import BASIC, make_engine, teardown_engine
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
@@ -59,13 +60,6 @@ def server(engine: Engine) -> Iterator[tuple[LocalNode, str]]:
 
 def http(url: str, tenant: str = "alice") -> httpx.Client:
     return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKENS[tenant]}"}, timeout=60)
-
-
-def wait_for(condition, what: str, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def test_a_claim_sent_again_with_its_key_answers_the_same_sandbox(server: tuple[LocalNode, str]) -> None:

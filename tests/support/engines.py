@@ -30,10 +30,15 @@ def run_dirs() -> set[str]:
     return set(os.listdir(RUN_ROOT)) if RUN_ROOT.is_dir() else set()
 
 
+def _engine_cgroup_dirs(engine_id: str) -> list[Path]:
+    """The cgroup directories of engine `engine_id` (`*`: of every engine): v2's, then v1's hierarchies."""
+    return [path for pattern in (f"rollbox/{engine_id}", f"*/rollbox/{engine_id}")
+            for path in Path("/sys/fs/cgroup").glob(pattern) if path.is_dir()]
+
+
 def engine_cgroups() -> set[str]:
-    """The engines that have cgroups on the machine (v2, then v1's hierarchies): a deleted data directory's must not."""
-    return {path.name for pattern in ("rollbox/*", "*/rollbox/*") for path in Path("/sys/fs/cgroup").glob(pattern)
-            if path.is_dir()}
+    """The engines that have cgroups on the machine: a deleted data directory's must not."""
+    return {path.name for path in _engine_cgroup_dirs("*")}
 
 
 def leftovers(data_dir: Path) -> list[str]:
@@ -42,8 +47,7 @@ def leftovers(data_dir: Path) -> list[str]:
     with contextlib.closing(sqlite3.connect(data_dir / "state.db")) as db:
         (engine_id,) = db.execute("SELECT value FROM meta WHERE key='engine_id'").fetchone()
     containers = [str(path) for path in (data_dir / "runtime").glob("*/*")]
-    cgroups = [str(path) for pattern in (f"rollbox/{engine_id}", f"*/rollbox/{engine_id}")
-               for path in Path("/sys/fs/cgroup").glob(pattern)]  # v2, then v1's hierarchies
+    cgroups = [str(path) for path in _engine_cgroup_dirs(engine_id)]
     run = [str(RUN_ROOT / engine_id)] if (RUN_ROOT / engine_id).exists() else []
     return containers + cgroups + run
 
