@@ -35,7 +35,8 @@ spec: {replicas: 6, sandboxTemplateRef: {name: rl-python}}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestCluster]:
-    cluster = RayTestCluster(tmp_path_factory.mktemp("ray"))
+    # room for the 64 claims at once and the pool's 6 on any spread: a full cluster answers 429 at once (docs/api.md)
+    cluster = RayTestCluster(tmp_path_factory.mktemp("ray"), max_sandboxes=32)
     try:
         cluster.start_router()
         cluster.wait_serving(3)
