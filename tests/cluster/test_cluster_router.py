@@ -16,6 +16,7 @@ import yaml
 from rollbox import errors
 from rollbox.client import Sandbox, SandboxClient
 from rollbox.models import ExecResult
+from rollbox.node.capacity import ROOM_WAIT
 from tests.cluster.conftest import NODES, POOL, SHARES
 from tests.support.cluster import TOKENS, Cluster, claim_on_every_node, node_of, router_health, wait_for
 from tests.support.servers import RL_TEMPLATE
@@ -136,6 +137,37 @@ def test_claims_spread_over_the_nodes_and_list_is_their_union(cluster: Cluster, 
         with pytest.raises(errors.SandboxNotFound):
             client.get_sandbox(sandbox.id)
     assert not {sandbox.id for sandbox in claimed} & {sandbox.id for sandbox in client.list_sandboxes()}
+
+
+def test_a_claim_no_node_has_room_for_is_answered_429_at_once_and_makes_nothing(cluster: Cluster,
+                                                                                client: SandboxClient) -> None:
+    """Claims take the warm sandboxes' room until every node holds only claimed ones. The next claim is refused by
+    each node in turn, and the router answers 429 `capacity_exceeded` without the node's room wait (no deletion is
+    under way). A deletion makes room for a claim again."""
+    def claim_when_room() -> Sandbox | None:
+        try:
+            return client.create_sandbox(warmpool=POOL)
+        except errors.CapacityExceeded:
+            return None  # a refill of the pool still starting holds a node's last place a moment
+
+    before = {sandbox.id for sandbox in client.list_sandboxes()}
+    claimed: list[Sandbox] = []
+    try:
+        while len(before) + len(claimed) < sum(NODES.values()):
+            claimed.append(wait_for(claim_when_room, "a place for a claim"))
+        assert {name: node_health(cluster, name)["sandboxes"] for name in NODES} == NODES
+        started = time.monotonic()
+        with pytest.raises(errors.CapacityExceeded, match="no node of the cluster has room.*at its maximum"):
+            client.create_sandbox(warmpool=POOL)
+        assert time.monotonic() - started < ROOM_WAIT
+        assert {sandbox.id for sandbox in client.list_sandboxes()} == before | {sandbox.id for sandbox in claimed}
+        claimed.pop().delete()
+        claimed.append(wait_for(claim_when_room, "the place a deletion made"))
+        assert claimed[-1].run("true").exit_code == 0
+    finally:
+        for sandbox in claimed:
+            sandbox.delete()
+    until_router_sees(cluster, lambda health: health["pools"][POOL]["ready"] == 8, "the warm pool refilled")
 
 
 def test_commands_run_plain_and_streamed_line_by_line(sandboxes: dict[str, Sandbox]) -> None:

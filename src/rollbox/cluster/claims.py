@@ -83,7 +83,7 @@ class ClusterClaims:
                 self._images.claimed(request.image, name)
             return self._sending(info, node.url, attempt)
         if isinstance(refused, CapacityExceeded):
-            raise refused
+            raise CapacityExceeded(f"no node of the cluster has room for this claim; the last one tried: {refused}")
         raise NodeUnavailable("no node of the cluster serves claims now: see the router's /healthz")
 
     async def made(self, tenant: str, key: str) -> SandboxInfo | None:
