@@ -15,8 +15,8 @@ demo: setup
 test: setup
 	.venv/bin/ruff check
 	.venv/bin/lint-imports
-	.venv/bin/python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder -m "not serial" --durations=15
-	.venv/bin/python -m pytest -q -p no:cacheprovider -m serial --durations=15
+	.venv/bin/python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder -m "not serial" --durations=15 -rsx
+	.venv/bin/python -m pytest -q -p no:cacheprovider -m serial --durations=15 -rsx
 
 # The unit tier alone, as the unprivileged user nobody: it must need no root, no runc and no network.
 test-unit: setup
