@@ -157,7 +157,7 @@ def test_a_claim_no_node_has_room_for_is_answered_429_at_once_and_makes_nothing(
             claimed.append(wait_for(claim_when_room, "a place for a claim"))
         assert {name: node_health(cluster, name)["sandboxes"] for name in NODES} == NODES
         started = time.monotonic()
-        with pytest.raises(errors.CapacityExceeded, match="no node of the cluster has room.*at its maximum"):
+        with pytest.raises(errors.CapacityExceeded, match=r"no node of the cluster has room.*at its maximum"):
             client.create_sandbox(warmpool=POOL)
         assert time.monotonic() - started < ROOM_WAIT
         assert {sandbox.id for sandbox in client.list_sandboxes()} == before | {sandbox.id for sandbox in claimed}
