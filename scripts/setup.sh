@@ -24,15 +24,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# pip byte-compiles on one core; compileall, after each install, does it on every core (docs/design-notes.md, "Set-up
+# time"). Like pip, it leaves as they are the few files written for other Pythons.
 stamp=".venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "creating .venv"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev,rl,rl-adapters,harnesses,verl,ray,browser,compat,otel]'
+  .venv/bin/pip install -q --no-compile -e '.[dev,rl,rl-adapters,harnesses,verl,ray,browser,compat,otel]'
   # NeMo Gym's sandbox provider API, for tests/rl/test_rl_nemo_gym.py: the package asks for a newer Python and a
   # training stack its sandbox layer does not use (pyproject.toml, extra `harnesses`).
-  .venv/bin/pip install -q --no-deps --ignore-requires-python nemo-gym==0.7.0
+  .venv/bin/pip install -q --no-compile --no-deps --ignore-requires-python nemo-gym==0.7.0
+  .venv/bin/python -m compileall -qq -j 0 .venv/lib || true
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
@@ -52,7 +55,8 @@ if [ ! -f "$harbor_stamp" ]; then
     rm -rf .venv-harbor
     "$harbor_python" -m venv .venv-harbor
     .venv-harbor/bin/pip install -q --upgrade pip >/dev/null
-    .venv-harbor/bin/pip install -q -e '.[harbor]'
+    .venv-harbor/bin/pip install -q --no-compile -e '.[harbor]'
+    .venv-harbor/bin/python -m compileall -qq -j 0 .venv-harbor/lib || true
     touch "$harbor_stamp"
   else
     echo "no Python 3.12 or newer here: Harbor's tests will be skipped (docs/harbor.md)" >&2
