@@ -12,15 +12,19 @@ train: setup
 demo: setup
 	.venv/bin/rollbox demo
 
+PYTEST := .venv/bin/python -m pytest -q -p no:cacheprovider
+REPORT := --durations=15 -rsx
+# the slowest tests, and every skip and expected failure with its reason
+
 test: setup
 	.venv/bin/ruff check
 	.venv/bin/lint-imports
-	.venv/bin/python -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder -m "not serial" --durations=15 -rsx
-	.venv/bin/python -m pytest -q -p no:cacheprovider -m serial --durations=15 -rsx
+	$(PYTEST) -n 3 --dist loadfile --no-loadscope-reorder -m "not serial" $(REPORT)
+	$(PYTEST) -m serial $(REPORT)
 
 # The unit tier alone, as the unprivileged user nobody: it must need no root, no runc and no network.
 test-unit: setup
-	tests/support/unprivileged.sh .venv/bin/python -m pytest -q -p no:cacheprovider tests/unit
+	tests/support/unprivileged.sh $(PYTEST) tests/unit
 
 bench: setup
 	.venv/bin/python bench/engine.py --quick

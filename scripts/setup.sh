@@ -25,7 +25,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # pip byte-compiles on one core; compileall, after each install, does it on every core (docs/design-notes.md, "Set-up
-# time"). Like pip, it leaves as they are the few files written for other Pythons.
+# time"). Like pip, it leaves as they are the few files written for other Pythons: a module left uncompiled costs
+# only time at its import.
+compile_venv() {
+  "$1/bin/python" -m compileall -qq -j 0 "$1/lib" || true
+}
+
 stamp=".venv/.installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "creating .venv"
@@ -35,7 +40,7 @@ if [ ! -f "$stamp" ]; then
   # NeMo Gym's sandbox provider API, for tests/rl/test_rl_nemo_gym.py: the package asks for a newer Python and a
   # training stack its sandbox layer does not use (pyproject.toml, extra `harnesses`).
   .venv/bin/pip install -q --no-compile --no-deps --ignore-requires-python nemo-gym==0.7.0
-  .venv/bin/python -m compileall -qq -j 0 .venv/lib || true
+  compile_venv .venv
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
@@ -56,7 +61,7 @@ if [ ! -f "$harbor_stamp" ]; then
     "$harbor_python" -m venv .venv-harbor
     .venv-harbor/bin/pip install -q --upgrade pip >/dev/null
     .venv-harbor/bin/pip install -q --no-compile -e '.[harbor]'
-    .venv-harbor/bin/python -m compileall -qq -j 0 .venv-harbor/lib || true
+    compile_venv .venv-harbor
     touch "$harbor_stamp"
   else
     echo "no Python 3.12 or newer here: Harbor's tests will be skipped (docs/harbor.md)" >&2
